@@ -1,0 +1,1 @@
+"""The `sead` console command."""

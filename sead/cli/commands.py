@@ -1,0 +1,76 @@
+"""Subcommands of `sead`. Each is a thin layer over the library: load, call, print."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig
+from rich.table import Table
+
+from sead.cli.main import command, console
+from sead.config import build_controller, build_scenario, project_root
+from sead.errors import SEADInputError
+
+
+@command("scenario", "check", "validate the selected scenario (prompts, behaviours, profile space) and summarise it")
+def scenario_check(cfg: DictConfig, args: list[str]) -> int:
+    scenario = build_scenario(cfg)
+    controller = build_controller(cfg, scenario)
+    example = controller.sample(1)[0]
+    scenario.user_system_prompt(example)  # rendering proves every placeholder has a value
+    info = scenario.summary()
+    table = Table(title=f"scenario {info['name']}: OK", show_header=False)
+    table.add_row("SOP stages", ", ".join(f"{i} {s}" for i, s in enumerate(info["stages"])))
+    for name, d in info["dimensions"].items():
+        kind = f"sampled from {d['allowed']}" if d["sampled"] else "reported only"
+        table.add_row(f"dimension {name}", f"{d['range'][0]}-{d['range'][1]}, {kind}")
+    table.add_row("joint states", str(info["joint_states"]))
+    table.add_row("behaviours", f"{info['behaviours']} in {len(info['categories'])} categories")
+    table.add_row("behaviours per profile", "{}-{}".format(*info["behaviours_per_profile"]))
+    table.add_row("agent prompt", f"{info['agent_prompt']['file']} ({info['agent_prompt']['words']} words)")
+    table.add_row("user prompt", f"{info['user_prompt']['file']} ({info['user_prompt']['words']} words; "
+                                 f"placeholders {', '.join(info['user_prompt']['placeholders'])})")
+    marginals = {d: {v: round(p, 3) for v, p in m.items()} for d, m in controller.marginals().items()}
+    table.add_row("controller", f"{controller.rule.name}, marginals {marginals}")
+    console.print(table)
+    if "--json" in args:
+        print(json.dumps(info, indent=2))
+    return 0
+
+
+@command("profiles", "sample", "draw profiles.n profiles from the controller and write them to profiles.out")
+def profiles_sample(cfg: DictConfig, args: list[str]) -> int:
+    from sead.scenario import write_profiles
+
+    scenario = build_scenario(cfg)
+    controller = build_controller(cfg, scenario)
+    n = int(cfg.profiles.n)
+    if n < 1:
+        raise SEADInputError(f"must be >= 1, got {n}", field="profiles.n")
+    profiles = controller.sample(n)
+    out = Path(str(cfg.profiles.out))
+    path = write_profiles(profiles, out if out.is_absolute() else Path.cwd() / out)
+    table = Table(title=f"{n} profiles -> {path}")
+    table.add_column("dimension")
+    table.add_column("sampled share per value")
+    for i, dim in enumerate(scenario.space.sampled_names):
+        counts: dict[int, int] = {}
+        for p in profiles:
+            counts[p.key()[i]] = counts.get(p.key()[i], 0) + 1
+        table.add_row(dim, "  ".join(f"{v}: {c / n:.2f}" for v, c in sorted(counts.items())))
+    console.print(table)
+    return 0
+
+
+@command("profiles", "check", "validate a profile file (JSONL or parquet) against the scenario: sead profiles check FILE")
+def profiles_check(cfg: DictConfig, args: list[str]) -> int:
+    from sead.scenario import read_profiles
+
+    if len(args) != 1:
+        raise SEADInputError("give exactly one profile file: sead profiles check FILE")
+    scenario = build_scenario(cfg)
+    profiles = read_profiles(args[0], scenario.space, scenario.library)
+    console.print(f"{args[0]}: {len(profiles)} valid profiles for scenario {scenario.name} "
+                  f"(root {project_root()})")
+    return 0

@@ -1,0 +1,141 @@
+"""Dialogue metrics. Each is defined once, here, and used by training, validation and evaluation alike.
+
+Per-dialogue values (None = the metric does not apply to that dialogue):
+- CR  completion rate: 1 if the user's final status is 1 (the user did what the SOP asked), else 0.
+- FPR false-positive rate: over dialogues where the agent's last status is 1 ("done"), 1 if the user did NOT
+      succeed. The rate is therefore FP / (FP + TP).
+- SCR stage completeness: 1 if, for the last stage k the agent declared, every stage 0..k-1 was declared
+      earlier in the dialogue; 0 otherwise (also 0 when no stage was declared).
+- ATT mean turns of successful dialogues (None for failures). ADT: mean turns of all dialogues.
+      A turn is one agent message (with the user's answer, if any).
+- UPA user-portrait accuracy: 1 - mean over turns of mean over the sampled dimensions of
+      |agent prediction - user's next report| / (dimension range). Pairs with a missing value are skipped.
+- EI / TI / CI: last minus first user-reported emotion / trust / cooperation (needs two reports).
+Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n. Dialogues that ended by a simulator
+error are counted apart and excluded from every metric: they say nothing about the agent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from sead.dialogue.episode import Episode
+from sead.scenario.profile_space import ProfileSpace
+
+STATE_CHANGE_METRICS = {"EI": "emotion", "TI": "trust", "CI": "cooperation"}
+TOKEN_COMPONENTS = ("agent", "user")
+
+
+def completion(ep: Episode) -> float:
+    return 1.0 if ep.success else 0.0
+
+
+def false_positive(ep: Episode) -> float | None:
+    return (0.0 if ep.success else 1.0) if ep.agent_declared_done else None
+
+
+def stage_complete(ep: Episode) -> float:
+    stages = [t.agent.stage for t in ep.turns if t.agent.stage is not None]
+    if not stages:
+        return 0.0
+    last = stages[-1]
+    return 1.0 if set(range(last)) <= set(stages[:-1]) else 0.0
+
+
+def turns_if_success(ep: Episode) -> float | None:
+    return float(ep.num_turns) if ep.success else None
+
+
+def turns(ep: Episode) -> float:
+    return float(ep.num_turns)
+
+
+def portrait_accuracy(ep: Episode, space: ProfileSpace) -> float | None:
+    errors = []
+    for t in ep.turns:
+        if t.user is None:
+            continue
+        for dim in space.sampled:
+            pred, real = t.agent.portrait.get(dim.name), t.user.state.get(dim.name)
+            if pred is not None and real is not None and dim.span:
+                errors.append(abs(pred - real) / dim.span)
+    return 1.0 - float(np.mean(errors)) if errors else None
+
+
+def state_change(ep: Episode, dim: str) -> float | None:
+    reports = [u.state.get(dim) for u in ep.user_turns if u.state.get(dim) is not None]
+    return float(reports[-1] - reports[0]) if len(reports) >= 2 else None
+
+
+def summarise(values: Iterable[float | None], *, seed: int = 0, resamples: int = 2000) -> dict:
+    """Mean, sample std, 95% percentile-bootstrap CI and count, ignoring None."""
+    x = np.array([v for v in values if v is not None], dtype=float)
+    if x.size == 0:
+        return {"mean": None, "std": None, "ci95": [None, None], "n": 0}
+    std = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"mean": float(x.mean()), "std": std, "ci95": [float(lo), float(hi)], "n": int(x.size)}
+
+
+def pass_hat_k(trials: Sequence[Sequence[bool]], k: int) -> float | None:
+    """pass^k: chance that k trials of one profile ALL succeed, estimated without bias per profile as
+    C(c, k) / C(n, k) from n trials with c successes, then averaged over profiles with n >= k."""
+    scores = [math.comb(sum(t), k) / math.comb(len(t), k) for t in trials if len(t) >= k]
+    return float(np.mean(scores)) if scores else None
+
+
+def token_totals(episodes: Sequence[Episode]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ep in episodes:
+        for key, n in ep.tokens.items():
+            out[key] = out.get(key, 0) + int(n)
+    return out
+
+
+def cost(tokens: Mapping[str, int], prices: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Cost per component from prices per million tokens: prices[component][prompt|completion]."""
+    out = {}
+    for comp in TOKEN_COMPONENTS:
+        p = prices.get(comp, {})
+        out[comp] = (tokens.get(f"{comp}_prompt", 0) * p.get("prompt", 0.0)
+                     + tokens.get(f"{comp}_completion", 0) * p.get("completion", 0.0)) / 1e6
+    out["total"] = sum(out.values())
+    return out
+
+
+def compute_metrics(episodes: Sequence[Episode], space: ProfileSpace, *, seed: int = 0,
+                    prices: Mapping[str, Mapping[str, float]] | None = None) -> dict:
+    valid = [e for e in episodes if not e.sim_error]
+    per_dialogue = {
+        "CR": [completion(e) for e in valid],
+        "FPR": [false_positive(e) for e in valid],
+        "SCR": [stage_complete(e) for e in valid],
+        "ATT": [turns_if_success(e) for e in valid],
+        "ADT": [turns(e) for e in valid],
+        "UPA": [portrait_accuracy(e, space) for e in valid],
+    }
+    names = {d.name for d in space.dimensions}
+    for metric, dim in STATE_CHANGE_METRICS.items():
+        if dim in names:
+            per_dialogue[metric] = [state_change(e, dim) for e in valid]
+    tokens = token_totals(episodes)
+    return {
+        "counts": {"dialogues": len(episodes), "evaluated": len(valid), "completed": sum(e.success for e in valid),
+                   "failed": sum(not e.success for e in valid), "sim_error": len(episodes) - len(valid)},
+        "metrics": {name: summarise(vals, seed=seed) for name, vals in per_dialogue.items()},
+        "end_reasons": _count(e.end_reason for e in episodes),
+        "tokens": tokens,
+        "cost": cost(tokens, prices or {}),
+    }
+
+
+def _count(items: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in items:
+        out[i] = out.get(i, 0) + 1
+    return dict(sorted(out.items()))

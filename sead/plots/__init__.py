@@ -1,0 +1,1 @@
+"""Matplotlib figures shared by controller reports, evaluation and training reports."""

@@ -1,0 +1,157 @@
+"""Reading and writing the XML-like tags of agent and user turns.
+
+Parsing never raises: whatever a model writes becomes a structured turn, with every missing, unclosed or
+out-of-range tag listed in `problems` (and summed up in `malformed`). Tag names follow the scenario's
+dimensions: the agent predicts `<{dim}_score>`, the user reports `<user_{dim}>`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Mapping
+
+from sead.scenario.profile_space import ProfileSpace
+
+STATUS_VALUES = (-1, 0, 1)
+_INT = re.compile(r"-?\d+")
+
+
+@dataclass
+class AgentTurn:
+    text: str
+    response: str | None
+    portrait: dict[str, int | None]
+    stage: int | None
+    status: int
+    think: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def malformed(self) -> str | None:
+        return "; ".join(self.problems) or None
+
+    @property
+    def has_response(self) -> bool:
+        return self.response is not None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class UserTurn:
+    text: str
+    reply: str | None
+    state: dict[str, int | None]
+    status: int
+    think: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def malformed(self) -> str | None:
+        return "; ".join(self.problems) or None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TagSchema:
+    """Tag names and value ranges for one scenario."""
+
+    space: ProfileSpace
+    num_stages: int
+
+    def agent_tags(self) -> list[str]:
+        return ["think", "response", *(f"{d.name}_score" for d in self.space.dimensions), "stage", "status"]
+
+    def user_tags(self) -> list[str]:
+        return ["user_think", "user_reply", *(f"user_{d.name}" for d in self.space.dimensions), "user_status"]
+
+    def parse_agent(self, text: str) -> AgentTurn:
+        found = _find_tags(text, self.agent_tags())
+        problems = list(found.problems)
+        response = found.get("response")
+        if response is None:
+            problems.append("missing <response>")
+        portrait = {d.name: _read_int(found, f"{d.name}_score", d.low, d.high, problems)
+                    for d in self.space.dimensions}
+        stage = _read_int(found, "stage", 0, self.num_stages - 1, problems)
+        status = _read_status(found, "status", problems)
+        return AgentTurn(text, response, portrait, stage, status, found.get("think"), problems)
+
+    def parse_user(self, text: str) -> UserTurn:
+        found = _find_tags(text, self.user_tags())
+        problems = list(found.problems)
+        reply = found.get("user_reply")
+        if reply is None:
+            problems.append("missing <user_reply>")
+        state = {d.name: _read_int(found, f"user_{d.name}", d.low, d.high, problems) for d in self.space.dimensions}
+        status = _read_status(found, "user_status", problems)
+        return UserTurn(text, reply, state, status, found.get("user_think"), problems)
+
+    def format_agent(self, response: str, portrait: Mapping[str, int], stage: int, status: int) -> str:
+        lines = [f"<response>{response}</response>"]
+        lines += [f"<{d.name}_score>{portrait[d.name]}</{d.name}_score>" for d in self.space.dimensions]
+        lines += [f"<stage>{stage}</stage>", f"<status>{status}</status>"]
+        return "\n".join(lines)
+
+    def format_user(self, reply: str, state: Mapping[str, int], status: int, think: str | None = None) -> str:
+        lines = [f"<user_think>{think}</user_think>"] if think is not None else []
+        lines.append(f"<user_reply>{reply}</user_reply>")
+        lines += [f"<user_{d.name}>{state[d.name]}</user_{d.name}>" for d in self.space.dimensions]
+        lines.append(f"<user_status>{status}</user_status>")
+        return "\n".join(lines)
+
+
+class _Found(dict):
+    problems: list[str]
+
+
+def _find_tags(text: str, names: list[str]) -> _Found:
+    """Content of the first occurrence of each tag. An unclosed tag runs to the next known tag or the end."""
+    found = _Found()
+    found.problems = []
+    opens = {n: text.find(f"<{n}>") for n in names}
+    starts = sorted(p for p in opens.values() if p >= 0)
+    for name, pos in opens.items():
+        if pos < 0:
+            continue
+        begin = pos + len(name) + 2
+        nxt = next((s for s in starts if s > pos), len(text))
+        end = text.find(f"</{name}>", begin)
+        if end < 0 or end > nxt:
+            found.problems.append(f"unclosed <{name}> repaired")
+            end = nxt
+        found[name] = text[begin:end].strip()
+    return found
+
+
+def _read_int(found: _Found, tag: str, low: int, high: int, problems: list[str]) -> int | None:
+    raw = found.get(tag)
+    if raw is None:
+        problems.append(f"missing <{tag}>")
+        return None
+    m = _INT.search(raw)
+    if m is None:
+        problems.append(f"<{tag}> is not a number: {raw[:20]!r}")
+        return None
+    value = int(m.group(0))
+    if not low <= value <= high:
+        problems.append(f"<{tag}> {value} out of range {low}-{high}")
+        return None
+    return value
+
+
+def _read_status(found: _Found, tag: str, problems: list[str]) -> int:
+    """A missing or unreadable status means 'go on' (0), as the original; -1 is read as -1, not 0."""
+    raw = found.get(tag)
+    if raw is None:
+        problems.append(f"missing <{tag}>")
+        return 0
+    m = _INT.search(raw)
+    if m is None or int(m.group(0)) not in STATUS_VALUES:
+        problems.append(f"<{tag}> must be one of -1, 0, 1, got {raw[:20]!r}")
+        return 0
+    return int(m.group(0))

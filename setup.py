@@ -1,0 +1,21 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+
+def requirements(name):
+    return [l.split("#")[0].strip() for l in Path(name).read_text().splitlines() if l.split("#")[0].strip()]
+
+
+setup(
+    name="sead",
+    version="0.1.0",
+    description="Multi-turn RL for SOP-driven service dialogue agents against a simulated user",
+    long_description=Path("README.md").read_text() if Path("README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["sead", "sead.*"]),
+    install_requires=requirements("requirements.txt"),
+    extras_require={"test": ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3"]},
+    entry_points={"console_scripts": ["sead=sead.cli.main:main"]},
+)
