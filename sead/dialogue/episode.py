@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sead.dialogue.chat_tokens import TokenSegment
 from sead.scenario.profiles import Profile
 from sead.scenario.tags import AgentTurn, UserTurn
 
@@ -28,6 +29,7 @@ class Episode:
     end_reason: str
     tokens: dict[str, int] = field(default_factory=dict)  # e.g. agent_prompt, agent_completion, user_completion
     meta: dict = field(default_factory=dict)              # ids, seed, simulator identity, timings
+    segments: list[TokenSegment] = field(default_factory=list)  # token ids + loss mask (see chat_tokens)
 
     def __post_init__(self):
         if self.end_reason not in END_REASONS:
@@ -68,6 +70,7 @@ class Episode:
                        "feedback": t.feedback} for t in self.turns],
             "tokens": dict(self.tokens),
             "meta": dict(self.meta),
+            "segments": [s.to_dict() for s in self.segments],
         }
 
     @classmethod
@@ -76,5 +79,6 @@ class Episode:
         behaviours = prof.pop("behaviours", [])
         turns = [Turn(AgentTurn(**t["agent"]), UserTurn(**t["user"]) if t.get("user") else None, t.get("feedback"))
                  for t in d["turns"]]
+        segments = [TokenSegment(s["ids"], s["mask"], s["logprobs"]) for s in d.get("segments", [])]
         return cls(Profile.make(prof, behaviours), turns, d["end_reason"], dict(d.get("tokens", {})),
-                   dict(d.get("meta", {})))
+                   dict(d.get("meta", {})), segments)

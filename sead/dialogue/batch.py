@@ -1,0 +1,43 @@
+"""Run many episodes concurrently, with a concurrency limit, logging each as soon as it finishes."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Callable
+
+from sead.dialogue.agent import AgentPolicy
+from sead.dialogue.episode import Episode
+from sead.dialogue.rollout_log import RolloutLog
+from sead.dialogue.runner import RunnerConfig, run_episode
+from sead.scenario.profiles import Profile
+from sead.scenario.scenario import Scenario
+from sead.usersim.base import UserSimulator
+
+
+@dataclass
+class EpisodeJob:
+    profile: Profile
+    seed: int
+    episode_id: str
+    group: int = 0   # GRPO group: rollouts of one profile share it
+
+
+async def run_batch(jobs: list[EpisodeJob], *, scenario: Scenario, agent: AgentPolicy, user: UserSimulator,
+                    tokenizer, cfg: RunnerConfig, concurrency: int = 64, log: RolloutLog | None = None,
+                    on_done: Callable[[Episode], None] | None = None) -> list[Episode]:
+    """Episodes in job order. A simulator failure ends only its own episode (as sim_error)."""
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(job: EpisodeJob) -> Episode:
+        async with gate:
+            ep = await run_episode(job.profile, scenario=scenario, agent=agent, user=user, tokenizer=tokenizer,
+                                   cfg=cfg, seed=job.seed, episode_id=job.episode_id)
+        ep.meta["group"] = job.group
+        if log is not None:
+            log.append(ep)
+        if on_done is not None:
+            on_done(ep)
+        return ep
+
+    return list(await asyncio.gather(*(one(j) for j in jobs)))

@@ -1,0 +1,44 @@
+"""Append-only JSONL log of every finished dialogue of a run. A line is written and flushed as soon as its
+dialogue ends, so a crash or a dead simulator never loses a rollout that had already finished."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from sead.dialogue.episode import Episode
+
+
+class RolloutLog:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def append(self, episode: Episode, **extra) -> None:
+        self._fh.write(json.dumps({**episode.to_dict(), **extra}) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_rollouts(path: str | Path) -> Iterator[dict]:
+    """Records of a rollout log; a torn last line (the process died mid-write) is skipped, not fatal."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                return
+            raise ValueError(f"{path}:{i + 1}: corrupt rollout record") from None

@@ -1,0 +1,135 @@
+"""The episode runner: one dialogue between the agent and the simulated user.
+
+The same code runs in embedded training, verl training and evaluation; backends differ only in the
+AgentPolicy they pass. The agent speaks first. A dialogue ends on user status 1 (success) or -1 (hang-up),
+agent status 1, the turn limit, or the token budget. A simulator that keeps failing ends it as `sim_error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from sead.dialogue.agent import AgentPolicy, AgentRequest
+from sead.dialogue.chat_tokens import ChatTokens
+from sead.dialogue.episode import Episode, Turn
+from sead.scenario.profiles import Profile
+from sead.scenario.scenario import Scenario
+from sead.scenario.tags import UserTurn
+from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunnerConfig:
+    max_turns: int = 15
+    max_new_tokens: int = 500           # per agent turn
+    max_total_tokens: int = 32768       # per episode, everything after the first prompt
+    max_context_tokens: int = 8192      # rolling cap on what the agent conditions on
+    sop_role: str = "system"            # role of the SOP prompt message (use "user" for templates without system)
+    agent_sees: str = "reply"           # reply | think_and_reply: what of a user turn the agent is shown
+    format_error_message: str = ("[format error] Your last message had no <response>...</response> block. "
+                                 "Answer again in the required tag format.")
+    user_timeout: float = 120.0         # seconds per simulator call
+    user_retries: int = 3               # extra attempts after a failed call
+    backoff_base: float = 0.5           # seconds; doubles per attempt
+    backoff_max: float = 8.0
+
+    def __post_init__(self):
+        if self.agent_sees not in ("reply", "think_and_reply"):
+            raise ValueError(f"runner.agent_sees must be 'reply' or 'think_and_reply', got {self.agent_sees!r}")
+        if self.max_turns < 1 or self.max_new_tokens < 1:
+            raise ValueError("runner.max_turns and runner.max_new_tokens must be >= 1")
+
+
+class UnusableReply(SimulatorError):
+    """The simulator answered, but with nothing a user could have said (no <user_reply> even after repair)."""
+
+
+def user_message_for_agent(turn: UserTurn, agent_sees: str) -> str:
+    reply = f"<user_reply>{turn.reply}</user_reply>"
+    if agent_sees == "think_and_reply" and turn.think:
+        return f"<user_think>{turn.think}</user_think>\n{reply}"
+    return reply
+
+
+async def ask_user(user: UserSimulator, scenario: Scenario, profile: Profile, history: list[Exchange],
+                   agent_response: str, *, seed: int, cfg: RunnerConfig) -> tuple[UserReply, UserTurn, int]:
+    """Call the simulator with timeout and exponential backoff; return the reply, its parse, and retries used."""
+    last: Exception | None = None
+    for attempt in range(cfg.user_retries + 1):
+        if attempt:
+            await asyncio.sleep(min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1)))
+        try:
+            reply = await asyncio.wait_for(user.respond(profile, history, agent_response, seed=seed),
+                                           cfg.user_timeout)
+            turn = scenario.tags.parse_user(reply.text)
+            if not turn.reply:
+                raise UnusableReply(f"no <user_reply> in simulator output {reply.text[:80]!r}")
+            return reply, turn, attempt
+        except asyncio.TimeoutError:
+            last = SimulatorError(f"no answer within {cfg.user_timeout:g} s")
+        except Exception as e:  # any simulator failure is retried, then ends the episode as sim_error
+            last = e
+        log.warning("user simulator attempt %d/%d failed: %s", attempt + 1, cfg.user_retries + 1, last)
+    raise SimulatorError(f"gave up after {cfg.user_retries + 1} attempts: {last}")
+
+
+async def run_episode(profile: Profile, *, scenario: Scenario, agent: AgentPolicy, user: UserSimulator,
+                      tokenizer, cfg: RunnerConfig, seed: int, episode_id: str = "") -> Episode:
+    t_start = time.perf_counter()
+    timing = {"agent_s": 0.0, "user_s": 0.0}
+    tokens = {"agent_prompt": 0, "agent_completion": 0, "user_prompt": 0, "user_completion": 0}
+    chat = ChatTokens(tokenizer, scenario.agent_system_prompt(), cfg.sop_role)
+    turns: list[Turn] = []
+    history: list[Exchange] = []
+    meta: dict = {"episode_id": episode_id, "seed": seed, "user_retries": 0}
+    end = "turn_limit"
+    for turn_index in range(cfg.max_turns):
+        chat.fit(cfg.max_new_tokens, cfg.max_context_tokens)
+        t0 = time.perf_counter()
+        out = await agent.generate(AgentRequest(list(chat.prompt_ids), [dict(m) for m in chat.messages],
+                                                cfg.max_new_tokens, seed * 1000 + turn_index))
+        timing["agent_s"] += time.perf_counter() - t0
+        tokens["agent_prompt"] += len(chat.prompt_ids)
+        tokens["agent_completion"] += len(out.token_ids)
+        agent_turn = scenario.tags.parse_agent(chat.add_agent(out.token_ids, out.logprobs))
+        if not agent_turn.has_response:
+            # As the original: tell the agent its format was wrong; this counts toward the turn limit.
+            turns.append(Turn(agent_turn, feedback=cfg.format_error_message))
+            chat.add_user(cfg.format_error_message)
+        elif agent_turn.status == 1:
+            turns.append(Turn(agent_turn))
+            end = "agent_done"
+            break
+        else:
+            t0 = time.perf_counter()
+            try:
+                reply, user_turn, retries = await ask_user(user, scenario, profile, history, agent_turn.response,
+                                                           seed=seed * 1000 + turn_index, cfg=cfg)
+            except SimulatorError as e:
+                turns.append(Turn(agent_turn))
+                meta["sim_error"] = str(e)
+                end = "sim_error"
+                break
+            finally:
+                timing["user_s"] += time.perf_counter() - t0
+            meta["user_retries"] += retries
+            tokens["user_prompt"] += reply.prompt_tokens
+            tokens["user_completion"] += reply.completion_tokens
+            turns.append(Turn(agent_turn, user_turn))
+            history.append(Exchange(agent_turn.response, reply.text))
+            if user_turn.status in (1, -1):
+                end = "user_success" if user_turn.status == 1 else "user_hangup"
+                break
+            chat.add_user(user_message_for_agent(user_turn, cfg.agent_sees))
+        if chat.appended > cfg.max_total_tokens:
+            end = "token_budget"
+            break
+    timing["total_s"] = time.perf_counter() - t_start
+    timing["runner_s"] = timing["total_s"] - timing["agent_s"] - timing["user_s"]
+    meta.update(timing=timing, agent=agent.identity(), user_simulator=user.identity())
+    return Episode(profile, turns, end, tokens, meta, segments=chat.segments)

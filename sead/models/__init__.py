@@ -1,0 +1,1 @@
+"""Model and tokenizer loading for the embedded backend."""

@@ -1,0 +1,58 @@
+"""The one interface every user simulator implements (scripted rules, an OpenAI-compatible endpoint, in-process HF).
+
+A simulator sees the profile and the dialogue so far, and answers with raw text in the user tag format
+(`<user_think>`, `<user_reply>`, `<user_cooperation>`, ..., `<user_status>`). The episode runner parses it,
+so every backend is held to the same format and the same repair rules.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from sead.scenario.profiles import Profile
+from sead.scenario.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One past round as the simulator needs it: the agent's spoken text and the user's own raw output."""
+
+    agent_response: str
+    user_text: str | None = None
+
+
+@dataclass
+class UserReply:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    meta: dict = field(default_factory=dict)
+
+
+class SimulatorError(RuntimeError):
+    """The simulator could not answer (timeout, HTTP error, dead server). The runner retries, then gives up
+    on the episode as `sim_error`: it never counts as an agent failure."""
+
+
+class UserSimulator(ABC):
+    name: str = "base"
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+
+    @abstractmethod
+    async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *,
+                      seed: int) -> UserReply:
+        """The user's answer to `agent_response`, given the rounds before it. `seed` identifies the episode
+        so a stochastic simulator can be deterministic per dialogue."""
+
+    def identity(self) -> dict:
+        """Name, model and settings, written into every rollout record and result file."""
+        return {"name": self.name}
+
+    async def check_health(self) -> None:
+        """Fail fast, with a clear message, when the simulator cannot be reached. Default: nothing to check."""
+
+    async def aclose(self) -> None:
+        """Release connections."""

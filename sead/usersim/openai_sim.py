@@ -1,0 +1,143 @@
+"""A user simulator behind any OpenAI-compatible chat endpoint (vLLM `serve`, a hosted API).
+
+The message layout lives here, in `build_user_messages`, and the in-process HF simulator uses the same
+function, so both backends condition the user model on exactly the same context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Sequence
+
+import httpx
+import openai
+
+from sead.errors import SEADInputError
+from sead.scenario.profiles import Profile
+from sead.scenario.scenario import Scenario
+from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator
+
+HEALTH_TIMEOUT_S = 5.0
+START_HINT = "start one with scripts/serve_user_sim.sh or set usersim.base_urls"
+
+
+def build_user_messages(scenario: Scenario, profile: Profile, history: Sequence[Exchange],
+                        agent_response: str) -> list[dict]:
+    """Chat messages for the user model: the role-play prompt as system, the agent's words as `user`
+    turns wrapped in `<response>`, and the simulator's own earlier raw outputs, in full, as `assistant`
+    turns (so it stays consistent with the state numbers it already reported)."""
+    messages = [{"role": "system", "content": scenario.user_system_prompt(profile)}]
+    pending: list[str] = []  # agent turns the user did not answer yet; merged so roles keep alternating
+    for past in history:
+        pending.append(_wrap(past.agent_response))
+        if past.user_text is not None:
+            messages.append({"role": "user", "content": "\n".join(pending)})
+            messages.append({"role": "assistant", "content": past.user_text})
+            pending = []
+    pending.append(_wrap(agent_response))
+    tags = ", ".join(f"<{t}>" for t in scenario.tags.user_tags())
+    # Only the newest message carries the reminder: earlier messages stay byte-identical between turns,
+    # which keeps vLLM's prefix cache useful.
+    reminder = f"(The caller's words are inside <response>. Answer this turn with exactly these tags: {tags}.)"
+    messages.append({"role": "user", "content": "\n".join(pending) + "\n\n" + reminder})
+    return messages
+
+
+def _wrap(agent_text: str) -> str:
+    return f"<response>{agent_text.strip()}</response>"
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    """One sampling seed per (episode, turn): a rerun of an episode draws the same numbers, while the turns
+    of one episode do not all reuse the same random stream."""
+    return (seed * 1_000_003 + turn) % 2**31
+
+
+class OpenAIUserSimulator(UserSimulator):
+    name = "openai"
+
+    def __init__(self, scenario: Scenario, *, base_urls: Sequence[str] | str, model: str,
+                 api_key: str | None = None, temperature: float = 0.9, top_p: float = 0.95,
+                 top_k: int | None = 40, max_tokens: int = 512, timeout: float = 60.0):
+        super().__init__(scenario)
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        if not urls:
+            raise SEADInputError("needs at least one URL, e.g. [http://127.0.0.1:8000/v1]", field="usersim.base_urls")
+        if not model:
+            raise SEADInputError("the served model name is required", field="usersim.model")
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self.model = model
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.max_tokens, self.timeout = max_tokens, timeout
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        # Retries belong to the episode runner, which knows whether the episode is still worth retrying.
+        self._clients = [openai.AsyncOpenAI(base_url=u, api_key=self._api_key, max_retries=0, timeout=timeout)
+                         for u in self.base_urls]
+        self._calls = 0
+
+    async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *,
+                      seed: int) -> UserReply:
+        index = self._calls % len(self._clients)
+        self._calls += 1
+        url, client = self.base_urls[index], self._clients[index]
+        messages = build_user_messages(self.scenario, profile, history, agent_response)
+        try:
+            # httpx's timeout bounds each read, not the call; a server trickling bytes must not hold the episode.
+            async with asyncio.timeout(self.timeout):
+                completion = await client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=self.temperature, top_p=self.top_p,
+                    max_tokens=self.max_tokens, seed=turn_seed(seed, len(history)),
+                    extra_body={"top_k": self.top_k} if self.top_k is not None else None)
+        except (TimeoutError, openai.OpenAIError) as e:
+            raise SimulatorError(f"user simulator at {url} failed: {self._cause(e)}") from e
+        if not completion.choices:
+            raise SimulatorError(f"user simulator at {url} returned no choices")
+        choice = completion.choices[0]
+        text = choice.message.content if choice.message else None
+        if not text or not text.strip():
+            raise SimulatorError(f"user simulator at {url} returned empty content "
+                                 f"(finish_reason={choice.finish_reason})")
+        usage = completion.usage
+        return UserReply(text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
+                         meta={"base_url": url, "finish_reason": choice.finish_reason})
+
+    def _cause(self, e: BaseException) -> str:
+        if isinstance(e, (TimeoutError, openai.APITimeoutError)):
+            return f"no answer within {self.timeout:g} s"
+        if isinstance(e, openai.APIStatusError):
+            return f"HTTP {e.status_code}: {e.message}"
+        if isinstance(e, openai.APIConnectionError):
+            return f"connection failed: {e.__cause__ or e}"
+        return f"{type(e).__name__}: {e}"
+
+    def identity(self) -> dict:
+        return {"name": self.name, "model": self.model, "base_urls": list(self.base_urls),
+                "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "max_tokens": self.max_tokens, "timeout": self.timeout}
+
+    async def check_health(self) -> None:
+        """GET /models on every URL; also catches a `usersim.model` that the server does not serve, which
+        would otherwise surface as an HTTP 404 on every turn."""
+        headers = {"Authorization": f"Bearer {self._api_key}"}
+        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S, headers=headers) as http:
+            problems = await asyncio.gather(*(self._probe(http, u) for u in self.base_urls))
+        problems = [p for p in problems if p]
+        if problems:
+            raise SimulatorError("; ".join(problems) + f"; {START_HINT}")
+
+    async def _probe(self, http: httpx.AsyncClient, url: str) -> str | None:
+        try:
+            r = await http.get(f"{url}/models")
+            r.raise_for_status()
+            served = [m.get("id") for m in r.json().get("data", [])]
+        except httpx.HTTPStatusError as e:
+            return f"user simulator at {url} is unreachable: HTTP {e.response.status_code} from /models"
+        except (httpx.HTTPError, ValueError, AttributeError) as e:
+            return f"user simulator at {url} is unreachable: {type(e).__name__}: {e}"
+        if self.model not in served:
+            return f"user simulator at {url} serves {served}, not {self.model!r} (set usersim.model)"
+        return None
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(c.close() for c in self._clients))
