@@ -88,3 +88,32 @@ def reward_weights(cfg: DictConfig):
     from sead.reward import RewardWeights
 
     return to_schema(RewardWeights, cfg.get("reward"), "reward")
+
+
+def runner_config(cfg: DictConfig):
+    from sead.dialogue.runner import RunnerConfig
+
+    try:
+        return to_schema(RunnerConfig, cfg.get("dialogue"), "dialogue")
+    except ValueError as e:
+        if isinstance(e, SEADInputError):
+            raise
+        raise SEADInputError(str(e), field="dialogue") from None
+
+
+def build_usersim(cfg: DictConfig, scenario):
+    """The simulator named by `usersim.name`; the other keys are its constructor arguments."""
+    from sead.usersim import SIMULATORS
+
+    spec = OmegaConf.to_container(cfg.usersim) if cfg.get("usersim") is not None else {"name": "scripted"}
+    name = spec.pop("name", None)
+    if name not in SIMULATORS:
+        raise SEADInputError(f"unknown user simulator {name!r}; choose one of {', '.join(sorted(SIMULATORS))}",
+                             field="usersim.name")
+    missing = [k for k, v in spec.items() if v == "???"]
+    if missing:
+        raise SEADInputError(f"set {', '.join('usersim.' + k for k in missing)}", field=f"usersim.{missing[0]}")
+    try:
+        return SIMULATORS[name](scenario, **spec)
+    except TypeError as e:
+        raise SEADInputError(f"bad settings for the {name} simulator: {e}", field="usersim") from None

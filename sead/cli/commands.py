@@ -13,7 +13,7 @@ from sead.config import build_controller, build_scenario, project_root
 from sead.errors import SEADInputError
 
 
-@command("scenario", "check", "validate the selected scenario (prompts, behaviours, profile space) and summarise it")
+@command("scenario", "check", help="validate the selected scenario (prompts, behaviours, profile space) and summarise it")
 def scenario_check(cfg: DictConfig, args: list[str]) -> int:
     scenario = build_scenario(cfg)
     controller = build_controller(cfg, scenario)
@@ -39,7 +39,7 @@ def scenario_check(cfg: DictConfig, args: list[str]) -> int:
     return 0
 
 
-@command("profiles", "sample", "draw profiles.n profiles from the controller and write them to profiles.out")
+@command("profiles", "sample", help="draw profiles.n profiles from the controller and write them to profiles.out")
 def profiles_sample(cfg: DictConfig, args: list[str]) -> int:
     from sead.scenario import write_profiles
 
@@ -63,7 +63,7 @@ def profiles_sample(cfg: DictConfig, args: list[str]) -> int:
     return 0
 
 
-@command("profiles", "check", "validate a profile file (JSONL or parquet) against the scenario: sead profiles check FILE")
+@command("profiles", "check", help="validate a profile file (JSONL or parquet) against the scenario: sead profiles check FILE")
 def profiles_check(cfg: DictConfig, args: list[str]) -> int:
     from sead.scenario import read_profiles
 
@@ -74,3 +74,46 @@ def profiles_check(cfg: DictConfig, args: list[str]) -> int:
     console.print(f"{args[0]}: {len(profiles)} valid profiles for scenario {scenario.name} "
                   f"(root {project_root()})")
     return 0
+
+
+@command("audit-mask", help="show trained vs masked tokens of an episode: sead audit-mask RUN_OR_JSONL [--html OUT] [--index N]")
+def audit_mask(cfg: DictConfig, args: list[str]) -> int:
+    from transformers import AutoTokenizer
+
+    from sead.dialogue.mask_audit import load_record, render_html, render_terminal
+
+    opts = _options(args, {"--html": None, "--index": "0", "--tokenizer": None})
+    if len(opts["positional"]) != 1:
+        raise SEADInputError("give one run directory or rollout JSONL: sead audit-mask PATH [--html OUT] [--index N]")
+    try:
+        record = load_record(opts["positional"][0], int(opts["--index"]))
+    except (OSError, ValueError, IndexError) as e:
+        raise SEADInputError(str(e)) from None
+    name = opts["--tokenizer"] or record.get("meta", {}).get("tokenizer")
+    if name:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    else:
+        from sead.models.smollm import load_tokenizer
+
+        tokenizer = load_tokenizer()
+    if opts["--html"]:
+        out = Path(opts["--html"])
+        out.write_text(render_html(record, tokenizer), encoding="utf-8")
+        console.print(f"wrote {out}")
+    else:
+        console.print(render_terminal(record, tokenizer))
+    return 0
+
+
+def _options(args: list[str], defaults: dict) -> dict:
+    """Tiny flag parser for the few commands that take paths: `--flag value` pairs plus positional args."""
+    out, positional, it = dict(defaults), [], iter(args)
+    for a in it:
+        if a in defaults:
+            out[a] = next(it, None)
+            if out[a] is None:
+                raise SEADInputError(f"{a} needs a value")
+        else:
+            positional.append(a)
+    out["positional"] = positional
+    return out

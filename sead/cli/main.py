@@ -1,4 +1,4 @@
-"""`sead <group> <command> [key=value ...]`: every key=value is a Hydra override of configs/sead.yaml.
+"""`sead <command> [args] [key=value ...]`: every key=value is a Hydra override of configs/sead.yaml.
 
 Subcommands are small functions registered in COMMANDS; each receives the composed config and the
 positional arguments that were not overrides.
@@ -15,20 +15,28 @@ from rich.markup import escape
 from sead.errors import SEADInputError
 
 console = Console()
-COMMANDS: dict[tuple[str, str], tuple[Callable, str]] = {}
+COMMANDS: dict[tuple[str, ...], tuple[Callable, str]] = {}
 
 
-def command(group: str, name: str, help: str):
+def command(*words: str, help: str):
+    """Register a subcommand of one word (`sead audit-mask`) or two (`sead profiles sample`)."""
     def deco(fn):
-        COMMANDS[(group, name)] = (fn, help)
+        COMMANDS[words] = (fn, help)
         return fn
     return deco
 
 
 def usage() -> str:
-    lines = ["usage: sead <group> <command> [key=value ...]   (key=value: Hydra overrides of configs/sead.yaml)", ""]
-    lines += [f"  sead {g} {n:<8} {h}" for (g, n), (_, h) in sorted(COMMANDS.items())]
+    lines = ["usage: sead <command> [args] [key=value ...]   (key=value: Hydra overrides of configs/sead.yaml)", ""]
+    lines += [f"  sead {' '.join(w):<18} {h}" for w, (_, h) in sorted(COMMANDS.items())]
     return "\n".join(lines)
+
+
+def find_command(argv: list[str]) -> tuple[tuple[str, ...] | None, list[str]]:
+    for n in (2, 1):
+        if tuple(argv[:n]) in COMMANDS:
+            return tuple(argv[:n]), argv[n:]
+    return None, argv
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,11 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     from sead.config import load_config
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) < 2 or argv[0] in ("-h", "--help") or (argv[0], argv[1]) not in COMMANDS:
-        print(usage(), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    fn, _ = COMMANDS[(argv[0], argv[1])]
-    rest = argv[2:]
+    words, rest = find_command(argv)
+    if words is None:
+        wants_help = argv[:1] in (["-h"], ["--help"])
+        print(usage(), file=sys.stdout if wants_help else sys.stderr)
+        return 0 if wants_help else 2
+    fn, _ = COMMANDS[words]
     overrides = [a for a in rest if "=" in a and not a.startswith("-")]
     positional = [a for a in rest if a not in overrides]
     try:

@@ -8,6 +8,7 @@ from typing import Callable
 
 from sead.dialogue.agent import AgentPolicy
 from sead.dialogue.episode import Episode
+from sead.dialogue.response_cache import ResponseCache
 from sead.dialogue.rollout_log import RolloutLog
 from sead.dialogue.runner import RunnerConfig, run_episode
 from sead.scenario.profiles import Profile
@@ -24,15 +25,16 @@ class EpisodeJob:
 
 
 async def run_batch(jobs: list[EpisodeJob], *, scenario: Scenario, agent: AgentPolicy, user: UserSimulator,
-                    tokenizer, cfg: RunnerConfig, concurrency: int = 64, log: RolloutLog | None = None,
-                    on_done: Callable[[Episode], None] | None = None) -> list[Episode]:
+                    tokenizer, cfg: RunnerConfig, log: RolloutLog | None = None,
+                    on_done: Callable[[Episode], None] | None = None,
+                    cache: ResponseCache | None = None) -> list[Episode]:
     """Episodes in job order. A simulator failure ends only its own episode (as sim_error)."""
-    gate = asyncio.Semaphore(max(1, concurrency))
+    gate = asyncio.Semaphore(max(1, cfg.concurrency))
 
     async def one(job: EpisodeJob) -> Episode:
         async with gate:
             ep = await run_episode(job.profile, scenario=scenario, agent=agent, user=user, tokenizer=tokenizer,
-                                   cfg=cfg, seed=job.seed, episode_id=job.episode_id)
+                                   cfg=cfg, seed=job.seed, episode_id=job.episode_id, cache=cache)
         ep.meta["group"] = job.group
         if log is not None:
             log.append(ep)

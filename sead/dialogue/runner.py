@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from dataclasses import dataclass
 
 from sead.dialogue.agent import AgentPolicy, AgentRequest
 from sead.dialogue.chat_tokens import ChatTokens
 from sead.dialogue.episode import Episode, Turn
+from sead.dialogue.response_cache import ResponseCache
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
 from sead.scenario.tags import UserTurn
@@ -37,6 +39,7 @@ class RunnerConfig:
     user_retries: int = 3               # extra attempts after a failed call
     backoff_base: float = 0.5           # seconds; doubles per attempt
     backoff_max: float = 8.0
+    concurrency: int = 64               # episodes in flight at once (batch runner)
 
     def __post_init__(self):
         if self.agent_sees not in ("reply", "think_and_reply"):
@@ -79,14 +82,17 @@ async def ask_user(user: UserSimulator, scenario: Scenario, profile: Profile, hi
 
 
 async def run_episode(profile: Profile, *, scenario: Scenario, agent: AgentPolicy, user: UserSimulator,
-                      tokenizer, cfg: RunnerConfig, seed: int, episode_id: str = "") -> Episode:
+                      tokenizer, cfg: RunnerConfig, seed: int, episode_id: str = "",
+                      cache: ResponseCache | None = None) -> Episode:
     t_start = time.perf_counter()
     timing = {"agent_s": 0.0, "user_s": 0.0}
     tokens = {"agent_prompt": 0, "agent_completion": 0, "user_prompt": 0, "user_completion": 0}
     chat = ChatTokens(tokenizer, scenario.agent_system_prompt(), cfg.sop_role)
     turns: list[Turn] = []
     history: list[Exchange] = []
-    meta: dict = {"episode_id": episode_id, "seed": seed, "user_retries": 0}
+    cache_rng, last_was_hit = random.Random(seed), False
+    meta: dict = {"episode_id": episode_id, "seed": seed, "user_retries": 0, "cache_hits": 0,
+                  "tokenizer": getattr(tokenizer, "name_or_path", None) or None}
     end = "turn_limit"
     for turn_index in range(cfg.max_turns):
         chat.fit(cfg.max_new_tokens, cfg.max_context_tokens)
@@ -107,9 +113,18 @@ async def run_episode(profile: Profile, *, scenario: Scenario, agent: AgentPolic
             break
         else:
             t0 = time.perf_counter()
+            cached = cache.lookup(agent_turn.stage, cache_rng, last_was_hit) if cache else None
+            last_was_hit = cached is not None
             try:
-                reply, user_turn, retries = await ask_user(user, scenario, profile, history, agent_turn.response,
-                                                           seed=seed * 1000 + turn_index, cfg=cfg)
+                if cached is not None:
+                    reply, user_turn, retries = UserReply(cached), scenario.tags.parse_user(cached), 0
+                    meta["cache_hits"] += 1
+                else:
+                    reply, user_turn, retries = await ask_user(user, scenario, profile, history,
+                                                               agent_turn.response, seed=seed * 1000 + turn_index,
+                                                               cfg=cfg)
+                    if cache:
+                        cache.add(agent_turn.stage, reply.text)
             except SimulatorError as e:
                 turns.append(Turn(agent_turn))
                 meta["sim_error"] = str(e)

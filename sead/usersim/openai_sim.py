@@ -12,6 +12,7 @@ from typing import Sequence
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletion
 
 from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
@@ -85,10 +86,10 @@ class OpenAIUserSimulator(UserSimulator):
         try:
             # httpx's timeout bounds each read, not the call; a server trickling bytes must not hold the episode.
             async with asyncio.timeout(self.timeout):
-                completion = await client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=self.temperature, top_p=self.top_p,
-                    max_tokens=self.max_tokens, seed=turn_seed(seed, len(history)),
-                    extra_body={"top_k": self.top_k} if self.top_k is not None else None)
+                # The raw-body post skips the SDK's per-call TypedDict transform of `messages`, which cost
+                # ~10 ms of CPU per call on long dialogues; the request on the wire is the same.
+                completion = await client.post("/chat/completions", cast_to=ChatCompletion,
+                                               body=self._body(messages, seed, len(history)))
         except (TimeoutError, openai.OpenAIError) as e:
             raise SimulatorError(f"user simulator at {url} failed: {self._cause(e)}") from e
         if not completion.choices:
@@ -102,13 +103,22 @@ class OpenAIUserSimulator(UserSimulator):
         return UserReply(text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
                          meta={"base_url": url, "finish_reason": choice.finish_reason})
 
+    def _body(self, messages: list[dict], seed: int, turn: int) -> dict:
+        body = {"model": self.model, "messages": messages, "temperature": self.temperature, "top_p": self.top_p,
+                "max_tokens": self.max_tokens, "seed": turn_seed(seed, turn)}
+        if self.top_k is not None:
+            body["top_k"] = self.top_k
+        return body
+
     def _cause(self, e: BaseException) -> str:
         if isinstance(e, (TimeoutError, openai.APITimeoutError)):
             return f"no answer within {self.timeout:g} s"
         if isinstance(e, openai.APIStatusError):
-            return f"HTTP {e.status_code}: {e.message}"
+            detail = e.body.get("message") if isinstance(e.body, dict) else None
+            return f"HTTP {e.status_code}: {detail or e.message}"
         if isinstance(e, openai.APIConnectionError):
-            return f"connection failed: {e.__cause__ or e}"
+            cause = e.__cause__ or e
+            return f"connection failed: {str(cause) or type(cause).__name__}"
         return f"{type(e).__name__}: {e}"
 
     def identity(self) -> dict:

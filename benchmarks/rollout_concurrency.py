@@ -1,0 +1,100 @@
+"""Rollout concurrency: 256 dialogues against a local OpenAI-compatible user simulator with fixed latency.
+
+Prints wall time / ideal, where ideal is the longest dialogue's sum of agent and user latencies (what a
+perfectly concurrent runner would take; target <= 1.2), and the runner's own work per turn (parsing,
+tokenising, masking) as a share of the turn time (target < 5%).
+
+    .venv/bin/python benchmarks/rollout_concurrency.py [--dialogues 256] [--latency 0.05] [--turns 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+from rich.progress import Progress
+
+from sead.config import build_scenario, build_usersim, load_config
+from sead.dialogue import EpisodeJob, RunnerConfig, TextAgent, run_batch
+from sead.models.smollm import load_tokenizer
+from sead.scenario import Profile
+
+
+@contextmanager
+def simulator_server(latency: float, finish_after: int):
+    """The fake simulator in its own process, as a real vLLM server would be."""
+    proc = subprocess.Popen([sys.executable, "-m", "sead.testing.fake_openai_server", "--latency", str(latency),
+                             "--finish-after", str(finish_after)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+
+
+class FixedLatencyAgent(TextAgent):
+    def __init__(self, tok, scenario, latency):
+        super().__init__(tok)
+        self.scenario, self.latency = scenario, latency
+
+    async def reply(self, messages, seed):
+        await asyncio.sleep(self.latency)
+        n = sum(m["role"] == "assistant" for m in messages)
+        return self.scenario.tags.format_agent(
+            f"Thanks for your patience. Step {n}: open the back-office app and tap the button at the top right.",
+            {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0}, min(n, 3), 0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dialogues", type=int, default=256)
+    ap.add_argument("--latency", type=float, default=0.05, help="seconds, for the user server and for the agent")
+    ap.add_argument("--turns", type=int, default=15)
+    args = ap.parse_args()
+
+    scenario = build_scenario(load_config([]))
+    tok = load_tokenizer()
+    agent = FixedLatencyAgent(tok, scenario, args.latency)
+    jobs = [EpisodeJob(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), seed=i, episode_id=str(i))
+            for i in range(args.dialogues)]
+    cfg = RunnerConfig(max_turns=args.turns, concurrency=args.dialogues, user_timeout=30.0)
+    # The user finishes one turn before the limit, so every dialogue has turns-1 user calls.
+    with simulator_server(args.latency, args.turns - 1) as url, Progress() as progress:
+        user = build_usersim(load_config(["usersim=openai", f"usersim.base_urls=[{url}]",
+                                          "usersim.model=fake-user-sim"]), scenario)
+        bar = progress.add_task("dialogues", total=len(jobs))
+
+        async def go():
+            try:
+                return await run_batch(jobs, scenario=scenario, agent=agent, user=user, tokenizer=tok, cfg=cfg,
+                                       on_done=lambda ep: progress.advance(bar))
+            finally:
+                await user.aclose()
+
+        t0 = time.perf_counter()
+        episodes = asyncio.run(go())
+        wall = time.perf_counter() - t0
+    turns = [len(e.turns) for e in episodes]
+    user_calls = [sum(t.user is not None for t in e.turns) for e in episodes]
+    ideal = max(t * args.latency + u * args.latency for t, u in zip(turns, user_calls))
+    runner_s = sum(e.meta["timing"]["runner_s"] for e in episodes)
+    turn_time = sum(e.meta["timing"]["total_s"] for e in episodes) / sum(turns)
+    overhead = runner_s / sum(turns) / turn_time
+    result = {"dialogues": len(episodes), "turns_total": sum(turns), "wall_s": round(wall, 3),
+              "ideal_s": round(ideal, 3), "wall_over_ideal": round(wall / ideal, 3),
+              "runner_ms_per_turn": round(1000 * runner_s / sum(turns), 3),
+              "runner_overhead_pct_of_turn": round(100 * overhead, 2),
+              "end_reasons": sorted({e.end_reason for e in episodes})}
+    print(json.dumps(result, indent=2))
+    print(f"wall/ideal = {wall / ideal:.3f} (target <= 1.2); runner overhead = {100 * overhead:.2f}% of turn time "
+          f"(target < 5%)")
+
+
+if __name__ == "__main__":
+    main()

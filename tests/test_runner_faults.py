@@ -1,0 +1,106 @@
+"""The batch runner against a real HTTP user simulator that misbehaves: it keeps going, retries as configured,
+accounts for every episode, loses no finished rollout, and never hangs."""
+
+import asyncio
+import time
+
+import pytest
+
+from sead.config import build_usersim, load_config
+from sead.dialogue import EpisodeJob, RolloutLog, RunnerConfig, TextAgent, read_rollouts, run_batch
+from sead.metrics import compute_metrics
+from sead.scenario import Profile
+from sead.testing.fake_openai_server import FakeOpenAIServer, scripted_user_turn
+
+
+class SteadyAgent(TextAgent):
+    """Always follows the format; content does not matter here."""
+
+    def __init__(self, tok, scenario):
+        super().__init__(tok)
+        self.scenario = scenario
+
+    async def reply(self, messages, seed):
+        n = sum(m["role"] == "assistant" for m in messages)
+        return self.scenario.tags.format_agent(f"Step {n}: please open the app.",
+                                               {"cooperation": 2, "emotion": 1, "trust": 2, "noise": 0}, min(n, 3), 0)
+
+
+def jobs(n):
+    return [EpisodeJob(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), seed=i, episode_id=f"e{i}")
+            for i in range(n)]
+
+
+def simulator(restaurant, urls, timeout=2.0):
+    cfg = load_config(["usersim=openai", f"usersim.base_urls=[{','.join(urls)}]", "usersim.model=fake-user-sim",
+                       f"usersim.timeout={timeout}"])
+    return build_usersim(cfg, restaurant)
+
+
+def run(restaurant, tok, sim, n, log=None, **cfg):
+    rc = RunnerConfig(**{"user_retries": 2, "backoff_base": 0.01, "backoff_max": 0.05, "user_timeout": 3.0,
+                         "concurrency": 8, **cfg})
+    return asyncio.run(run_batch(jobs(n), scenario=restaurant, agent=SteadyAgent(tok, restaurant), user=sim,
+                                 tokenizer=tok, cfg=rc, log=log))
+
+
+@pytest.mark.parametrize("fault", ["http500", "http429", "drop", "empty", "garbage", "delay"])
+def test_transient_faults_are_retried_and_episodes_complete(restaurant, smollm_tokenizer, fault):
+    with FakeOpenAIServer(scripted_user_turn(finish_after=3)) as server:
+        server.inject(fault, n=3, seconds=3.0)  # fewer than the 8 x 3 calls: every episode can recover
+        sim = simulator(restaurant, [server.url], timeout=1.0)
+        episodes = run(restaurant, smollm_tokenizer, sim, 8)
+    assert [e.end_reason for e in episodes] == ["user_success"] * 8
+    assert sum(e.meta["user_retries"] for e in episodes) >= 3  # each injected fault cost a retry
+
+
+def test_persistent_failure_ends_as_sim_error_not_agent_failure(restaurant, smollm_tokenizer):
+    with FakeOpenAIServer() as server:
+        server.inject("http500", n=1000)
+        episodes = run(restaurant, smollm_tokenizer, simulator(restaurant, [server.url]), 4)
+        assert len(server.requests) == 4 * 3  # one call plus two retries per episode, then it gives up
+    assert all(e.end_reason == "sim_error" and "500" in e.meta["sim_error"] for e in episodes)
+    m = compute_metrics(episodes, restaurant.space)
+    assert m["counts"]["sim_error"] == 4 and m["counts"]["failed"] == 0 and m["metrics"]["CR"]["n"] == 0
+
+
+def test_server_dying_mid_batch_loses_no_finished_rollout_and_never_hangs(tmp_path, restaurant, smollm_tokenizer):
+    path = tmp_path / "rollouts.jsonl"
+    with FakeOpenAIServer(scripted_user_turn(finish_after=4), latency=0.02) as server:
+        sim = simulator(restaurant, [server.url])
+
+        async def main():
+            with RolloutLog(path) as log:
+                loop = asyncio.get_running_loop()
+                loop.call_later(0.25, server.kill)  # dies while dialogues are in flight
+                rc = RunnerConfig(user_retries=2, backoff_base=0.01, backoff_max=0.05, user_timeout=2.0,
+                                  concurrency=4)
+                return await run_batch(jobs(12), scenario=restaurant, agent=SteadyAgent(smollm_tokenizer, restaurant),
+                                       user=sim, tokenizer=smollm_tokenizer, cfg=rc, log=log)
+
+        t0 = time.perf_counter()
+        episodes = asyncio.run(main())
+        elapsed = time.perf_counter() - t0
+    assert elapsed < 30
+    reasons = [e.end_reason for e in episodes]
+    assert set(reasons) <= {"user_success", "sim_error"}
+    assert "user_success" in reasons and "sim_error" in reasons
+    logged = list(read_rollouts(path))
+    assert len(logged) == 12  # every episode accounted for, each written as it finished
+    assert sorted(r["meta"]["episode_id"] for r in logged) == sorted(f"e{i}" for i in range(12))
+    assert sum(r["end_reason"] == "user_success" for r in logged) == reasons.count("user_success")
+
+
+def test_load_balances_over_two_servers(restaurant, smollm_tokenizer):
+    with FakeOpenAIServer() as a, FakeOpenAIServer() as b:
+        episodes = run(restaurant, smollm_tokenizer, simulator(restaurant, [a.url, b.url]), 6)
+        assert abs(len(a.requests) - len(b.requests)) <= 1 and len(a.requests) > 0
+    assert all(e.success for e in episodes)
+
+
+def test_health_check_names_the_url(restaurant):
+    from sead.usersim import SimulatorError
+
+    sim = simulator(restaurant, ["http://127.0.0.1:9/v1"])
+    with pytest.raises(SimulatorError, match=r"127\.0\.0\.1:9"):
+        asyncio.run(sim.check_health())
