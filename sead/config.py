@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,8 +47,7 @@ def to_schema(cls, node: Any, field: str):
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or ""
         raise SEADInputError(str(e).splitlines()[0], field=f"{field}.{key}" if key else field) from None
-    return cls(**{f.name: OmegaConf.to_container(merged[f.name]) if OmegaConf.is_config(merged[f.name])
-                  else merged[f.name] for f in fields(cls)})
+    return OmegaConf.to_object(merged)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from sead.errors import SEADInputError
 
 
 def controller(restaurant, *overrides):
-    return build_controller(load_config(list(overrides)), restaurant)
+    return build_controller(load_config(["controller=fixed", *overrides]), restaurant)
 
 
 def test_same_seed_same_profiles_and_other_seed_differs(restaurant):

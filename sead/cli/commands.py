@@ -117,3 +117,22 @@ def _options(args: list[str], defaults: dict) -> dict:
             positional.append(a)
     out["positional"] = positional
     return out
+
+
+@command("train", help="run the four-phase training loop (what scripts/main.sh runs)")
+def train_cmd(cfg: DictConfig, args: list[str]) -> int:
+    if cfg.backend == "verl":
+        raise SEADInputError("the multi-GPU verl backend is not available in this release yet; use backend=embedded",
+                             field="backend")
+    if cfg.backend != "embedded":
+        raise SEADInputError(f"unknown backend {cfg.backend!r}; choose embedded or verl", field="backend")
+    from sead.trainer.loop import train
+
+    run_dir = train(cfg)
+    console.print(f"\n[bold green]done.[/] run directory: {run_dir}\n"
+                  f"  metrics:            {run_dir / 'metrics.jsonl'} (TensorBoard: {run_dir / 'tensorboard'})\n"
+                  f"  controller reports: {run_dir / 'controller'}\n"
+                  f"  validation:         {run_dir / 'validation'}\n"
+                  f"  rollouts:           {run_dir / 'rollouts'}  (inspect: sead audit-mask {run_dir})\n"
+                  f"  checkpoints:        {run_dir / 'checkpoints'}")
+    return 0

@@ -11,10 +11,11 @@ from sead.dialogue.episode import Episode
 
 
 class RolloutLog:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, fresh: bool = False):
+        """`fresh` starts the file anew (a step replayed after resume); otherwise lines are appended."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh = open(self.path, "w" if fresh else "a", encoding="utf-8")
 
     def append(self, episode: Episode, **extra) -> None:
         self._fh.write(json.dumps({**episode.to_dict(), **extra}) + "\n")

@@ -1,0 +1,72 @@
+"""Load the agent model named in config: a local HF path, the packaged SmolLM2-135M, or a tiny random preset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sead.errors import SEADInputError
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "smollm2"     # smollm2 | tiny | path
+    path: str | None = None     # local HF folder (preset=path), also any checkpoint's model/ folder
+    dtype: str = "float32"
+    device: str = "cpu"
+    # tiny preset: a random Llama with the SmolLM2 tokenizer, for fast tests
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 128
+    init_seed: int = 0
+
+
+def load_model(cfg: ModelConfig):
+    """(model, tokenizer, label)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = getattr(torch, cfg.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise SEADInputError(f"unknown dtype {cfg.dtype!r}", field="model.dtype")
+    if cfg.preset == "tiny":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        from sead.models.smollm import load_tokenizer
+
+        tok = load_tokenizer()
+        torch.manual_seed(cfg.init_seed)
+        conf = LlamaConfig(vocab_size=len(tok), hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
+                           num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
+                           intermediate_size=cfg.intermediate, max_position_embeddings=16384,
+                           tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                           pad_token_id=tok.pad_token_id)
+        model = LlamaForCausalLM(conf).to(dtype)
+        label = f"tiny-llama-{cfg.hidden}x{cfg.layers}"
+    else:
+        if cfg.preset == "smollm2":
+            from sead.models.smollm import model_dir
+
+            path = model_dir()
+        elif cfg.preset == "path":
+            if not cfg.path:
+                raise SEADInputError("preset 'path' needs model.path=/local/hf/folder", field="model.path")
+            path = Path(cfg.path)
+            if not (path / "config.json").is_file():
+                raise SEADInputError("not an HF model folder (no config.json)", path=path, field="model.path")
+        else:
+            raise SEADInputError(f"unknown preset {cfg.preset!r}; choose smollm2, tiny or path", field="model.preset")
+        tok = AutoTokenizer.from_pretrained(path)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        except (OSError, ValueError) as e:
+            raise SEADInputError(f"cannot load model weights: {e}", path=path) from None
+        label = str(path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if not tok.chat_template:
+        raise SEADInputError("the tokenizer has no chat template; SEAD builds every dialogue with it",
+                             field="model.path")
+    return model.to(cfg.device), tok, label

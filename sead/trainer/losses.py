@@ -1,0 +1,47 @@
+"""The pieces of the policy-gradient loss, as pure tensor functions (tested against hand-computed values)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def grpo_advantages(rewards: torch.Tensor, groups: torch.Tensor, *, eps: float = 1e-6,
+                    normalise_std: bool = True) -> torch.Tensor:
+    """(r - mean of its group) / (std of its group + eps); sample std, as the original. A group of one, or
+    a group whose rewards are all equal, gets advantage 0."""
+    adv = torch.zeros_like(rewards)
+    for g in torch.unique(groups):
+        idx = groups == g
+        r = rewards[idx]
+        if r.numel() < 2:
+            continue
+        centred = r - r.mean()
+        adv[idx] = centred / (r.std(unbiased=True) + eps) if normalise_std else centred
+    return adv
+
+
+def low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 estimator of KL(pi || ref) per token: exp(ref - logp) - (ref - logp) - 1, clamped for stability."""
+    d = torch.clamp(ref_logp - logp, -20.0, 20.0)
+    return torch.clamp(torch.exp(d) - d - 1.0, -10.0, 10.0)
+
+
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, *, clip_low: float = 0.2,
+                        clip_high: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO clipped surrogate (to minimise) and whether the clip was active.
+    Separate low/high bounds allow DAPO's clip-higher (clip_high > clip_low)."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    return torch.maximum(unclipped, clipped), (clipped > unclipped).float()
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def token_mean(values: torch.Tensor, total_tokens: int) -> torch.Tensor:
+    """Sum over this micro-batch's agent tokens divided by the token count of the whole mini-batch, so
+    gradient accumulation over micro-batches equals one token-mean over the mini-batch."""
+    return values.sum() / max(1, total_tokens)

@@ -1,0 +1,37 @@
+"""Dataclass schema of the `trainer` config group: config keys map 1:1 to these fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sead.trainer.policy import SamplingConfig
+from sead.trainer.update import UpdateConfig
+
+
+@dataclass
+class ValidationConfig:
+    profiles: int = 30
+    trials: int = 1
+    seed: int = 4242
+    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0, top_p=1.0))
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = True
+    wandb: bool = False
+    wandb_mode: str = "offline"
+
+
+@dataclass
+class TrainerConfig:
+    iterations: int = 5
+    steps_per_iteration: int = 10
+    profiles_per_step: int = 60
+    rollouts_per_profile: int = 8       # GRPO group size n
+    save_every: int = 5
+    max_batch: int = 64                 # rows per batched generation call
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)

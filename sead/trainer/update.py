@@ -1,0 +1,136 @@
+"""Phase 3: one GRPO update from a batch of episodes. The loss touches only tokens the agent sampled."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from sead.dialogue.episode import Episode
+from sead.trainer.losses import clipped_policy_loss, entropy_from_logits, grpo_advantages, low_var_kl, token_mean
+
+
+@dataclass
+class UpdateConfig:
+    lr: float = 1e-6
+    warmup_steps: int = 1
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    kl_coef: float = 0.001          # low_var_kl to the frozen reference; 0 disables the reference pass
+    entropy_coef: float = 0.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2          # > clip_low: DAPO clip-higher
+    normalise_std: bool = True      # GRPO (r - mean) / std; False: Dr.GRPO-style centring only
+    dynamic_sampling: bool = False  # drop groups whose rewards are all equal
+    micro_batch: int = 2            # sequences per forward/backward
+    ppo_epochs: int = 1
+    temperature: float = 1.2        # the sampling temperature: logits are scaled the same way here
+
+
+@dataclass
+class Sequence:
+    ids: torch.Tensor     # (T,)
+    mask: torch.Tensor    # (T,) 1 = agent-sampled token
+    advantage: float
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+
+
+def build_sequences(episodes: list[Episode], rewards: list[float], groups: list[int],
+                    cfg: UpdateConfig) -> tuple[list[Sequence], dict]:
+    adv = grpo_advantages(torch.tensor(rewards, dtype=torch.float32), torch.tensor(groups),
+                          normalise_std=cfg.normalise_std)
+    stats = {"groups": len(set(groups)), "groups_dropped": 0}
+    keep = [True] * len(episodes)
+    if cfg.dynamic_sampling:
+        for g in set(groups):
+            members = [i for i, gg in enumerate(groups) if gg == g]
+            if len({rewards[i] for i in members}) == 1:
+                stats["groups_dropped"] += 1
+                for i in members:
+                    keep[i] = False
+    seqs = [Sequence(torch.tensor(seg.ids), torch.tensor(seg.mask), float(adv[i]))
+            for i, ep in enumerate(episodes) if keep[i] for seg in ep.segments if sum(seg.mask)]
+    return seqs, stats
+
+
+def masked_logprobs(model, seqs: list[Sequence], temperature: float, with_entropy: bool = False):
+    """Log-probs (and entropies) of the agent tokens of each sequence, one padded forward for all of them.
+    Only positions that predict an agent token go through the LM head: the full-vocabulary logits of the
+    prompt and user text are never materialised."""
+    device = next(model.parameters()).device
+    width = max(len(s.ids) for s in seqs)
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    target = torch.zeros_like(ids, dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s.ids)], attn[i, : len(s.ids)] = s.ids, 1
+        target[i, : len(s.ids)] = s.mask.bool()
+    ids, attn, target = ids.to(device), attn.to(device), target.to(device)
+    hidden = model(input_ids=ids, attention_mask=attn, output_hidden_states=True, logits_to_keep=1).hidden_states[-1]
+    pick = target[:, 1:]  # hidden state at t predicts token t+1
+    logits = model.get_output_embeddings()(hidden[:, :-1][pick]).float() / temperature
+    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:][pick][:, None]).squeeze(-1)
+    counts = pick.sum(-1).tolist()
+    ent = entropy_from_logits(logits) if with_entropy else None
+    return list(torch.split(logp, counts)), (list(torch.split(ent, counts)) if ent is not None else None)
+
+
+class Updater:
+    def __init__(self, model, ref_model, cfg: UpdateConfig, total_steps: int):
+        self.model, self.ref, self.cfg = model, ref_model, cfg
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        warm = max(1, cfg.warmup_steps)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
+        self.total_steps = total_steps
+
+    def _batches(self, seqs: list[Sequence]) -> list[list[Sequence]]:
+        order = sorted(seqs, key=lambda s: len(s.ids))  # similar lengths share a micro-batch: less padding
+        return [order[i:i + self.cfg.micro_batch] for i in range(0, len(order), self.cfg.micro_batch)]
+
+    @torch.no_grad()
+    def _prepare(self, seqs: list[Sequence]) -> None:
+        self.model.eval()
+        for mb in self._batches(seqs):
+            for s, lp in zip(mb, masked_logprobs(self.model, mb, self.cfg.temperature)[0]):
+                s.old_logp = lp.detach()
+            if self.ref is not None and self.cfg.kl_coef:
+                for s, lp in zip(mb, masked_logprobs(self.ref, mb, self.cfg.temperature)[0]):
+                    s.ref_logp = lp.detach()
+
+    def step(self, seqs: list[Sequence]) -> dict:
+        if not seqs:
+            return {"skipped": 1.0}
+        cfg = self.cfg
+        self._prepare(seqs)
+        self.model.train()
+        total = int(sum(int(s.mask.sum()) for s in seqs))
+        sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0}
+        grad_norm = 0.0
+        for _ in range(cfg.ppo_epochs):
+            self.opt.zero_grad(set_to_none=True)
+            for mb in self._batches(seqs):
+                logps, ents = masked_logprobs(self.model, mb, cfg.temperature, with_entropy=True)
+                logp, ent = torch.cat(logps), torch.cat(ents)
+                old = torch.cat([s.old_logp for s in mb])
+                adv = torch.cat([torch.full_like(lp, s.advantage) for s, lp in zip(mb, logps)])
+                pg, clipped = clipped_policy_loss(logp, old, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
+                loss = token_mean(pg, total) - cfg.entropy_coef * token_mean(ent, total)
+                if self.ref is not None and cfg.kl_coef:
+                    kl = low_var_kl(logp, torch.cat([s.ref_logp for s in mb]))
+                    loss = loss + cfg.kl_coef * token_mean(kl, total)
+                    sums["kl"] += float(kl.detach().sum())
+                loss.backward()
+                sums["pg_loss"] += float(pg.sum())
+                sums["entropy"] += float(ent.sum())
+                sums["clip_frac"] += float(clipped.sum())
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+            self.opt.step()
+        self.sched.step()
+        n = total * cfg.ppo_epochs
+        out = {k: v / n for k, v in sums.items()}
+        out.update(grad_norm=grad_norm if math.isfinite(grad_norm) else -1.0, lr=self.sched.get_last_lr()[0],
+                   trained_tokens=total, sequences=len(seqs))
+        return out
