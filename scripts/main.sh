@@ -5,7 +5,7 @@
 # On a machine without a GPU the CPU preset (SmolLM2-135M, scripted user, ~10 minutes) is the default.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh"
+source "$ROOT/scripts/setup_env.sh" ""
 cd "$ROOT"
 ARGS=("$@")
 if ! printf '%s\n' "${ARGS[@]:-}" | grep -q '^preset=' && \

@@ -23,10 +23,11 @@ def test_profiles_sample_writes_jsonl_and_parquet(tmp_path, capsys):
 
 def test_scenario_check_summarises(capsys):
     assert main(["scenario", "check", "scenario=telecom", "--json"]) == 0
-    out = capsys.readouterr().out
-    assert "scenario telecom: OK" in out
-    info = json.loads(out[out.index("{"):])
+    info = json.loads(capsys.readouterr().out)
+    assert info["status"] == "OK" and info["name"] == "telecom"
     assert info["joint_states"] == 24 and len(info["stages"]) == 4
+    assert main(["scenario", "check"]) == 0
+    assert "scenario restaurant: OK" in capsys.readouterr().out
 
 
 def test_bad_input_exits_2_with_the_field_named(tmp_path, capsys):

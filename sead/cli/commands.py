@@ -20,6 +20,9 @@ def scenario_check(cfg: DictConfig, args: list[str]) -> int:
     example = controller.sample(1)[0]
     scenario.user_system_prompt(example)  # rendering proves every placeholder has a value
     info = scenario.summary()
+    if "--json" in args:
+        print(json.dumps({**info, "status": "OK"}, indent=2))
+        return 0
     table = Table(title=f"scenario {info['name']}: OK", show_header=False)
     table.add_row("SOP stages", ", ".join(f"{i} {s}" for i, s in enumerate(info["stages"])))
     for name, d in info["dimensions"].items():
@@ -34,8 +37,6 @@ def scenario_check(cfg: DictConfig, args: list[str]) -> int:
     marginals = {d: {v: round(p, 3) for v, p in m.items()} for d, m in controller.marginals().items()}
     table.add_row("controller", f"{controller.rule.name}, marginals {marginals}")
     console.print(table)
-    if "--json" in args:
-        print(json.dumps(info, indent=2))
     return 0
 
 

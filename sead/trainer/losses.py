@@ -16,7 +16,9 @@ def grpo_advantages(rewards: torch.Tensor, groups: torch.Tensor, *, eps: float =
         if r.numel() < 2:
             continue
         centred = r - r.mean()
-        adv[idx] = centred / (r.std(unbiased=True) + eps) if normalise_std else centred
+        std = r.std(unbiased=True)
+        # Equal rewards carry no signal: their advantage is 0 even with eps = 0 (not 0/0).
+        adv[idx] = centred / (std + eps) if normalise_std and std > 0 else (centred if not normalise_std else 0.0)
     return adv
 
 

@@ -1,0 +1,101 @@
+"""Phase 3 on the tiny model: the loss pieces against hand-computed values, and the update touching only
+agent tokens while the reference model stays frozen."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from sead.models.loading import ModelConfig, load_model
+from sead.trainer.losses import clipped_policy_loss, grpo_advantages, low_var_kl
+from sead.trainer.update import Sequence, UpdateConfig, Updater, masked_logprobs
+
+
+def test_grpo_advantages_by_hand():
+    # group 0: rewards 1,0,1,1 -> mean .75, sample std sqrt((3*.25^2 + .75^2)/3) = .5
+    # -> (1-.75)/.5 = .5 and (0-.75)/.5 = -1.5; group 1 (all equal) -> 0; a lone rollout -> 0
+    adv = grpo_advantages(torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 0, 0, 1, 1, 2]),
+                          eps=0.0)
+    assert adv.tolist() == pytest.approx([0.5, -1.5, 0.5, 0.5, 0.0, 0.0, 0.0])
+    centred = grpo_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), normalise_std=False)
+    assert centred.tolist() == pytest.approx([0.5, -0.5])
+
+
+def test_low_var_kl_by_hand():
+    # logp = ln .5, ref = ln .25: d = ln .5 = -0.693147; e^d - d - 1 = .5 + .693147 - 1 = .193147
+    kl = low_var_kl(torch.tensor([math.log(0.5), math.log(0.3)]), torch.tensor([math.log(0.25), math.log(0.3)]))
+    assert kl.tolist() == pytest.approx([0.193147, 0.0], abs=1e-6)
+
+
+def test_clipped_loss_by_hand():
+    old = torch.zeros(4)
+    # ratios 1.5, 0.5, 1.25, 1.1; advantages 1, -1, 1, 1
+    logp = torch.log(torch.tensor([1.5, 0.5, 1.25, 1.1]))
+    adv = torch.tensor([1.0, -1.0, 1.0, 1.0])
+    loss, clipped = clipped_policy_loss(logp, old, adv, clip_low=0.2, clip_high=0.2)
+    # 1.5 clipped to 1.2 -> -1.2; 0.5 with A<0 -> max(0.5, 0.8) = 0.8; 1.25 -> -1.2; 1.1 inside -> -1.1
+    assert loss.tolist() == pytest.approx([-1.2, 0.8, -1.2, -1.1])
+    assert clipped.tolist() == [1.0, 1.0, 1.0, 0.0]
+    loss_hi, clipped_hi = clipped_policy_loss(logp, old, adv, clip_low=0.2, clip_high=0.28)  # clip-higher
+    assert loss_hi.tolist() == pytest.approx([-1.28, 0.8, -1.25, -1.1]) and clipped_hi.tolist() == [1, 1, 0, 0]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tok, _ = load_model(ModelConfig(preset="tiny"))
+    return model, tok
+
+
+def make_sequence(tok, adv):
+    ids = torch.tensor(tok.encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\nhi, this is "
+                                  "Alex<|im_end|>\n<|im_start|>user\nwho?<|im_end|>\n<|im_start|>assistant\nAlex "
+                                  "again<|im_end|>", add_special_tokens=False))
+    mask = torch.zeros_like(ids)
+    mask[12:18] = 1
+    mask[-4:] = 1
+    return Sequence(ids, mask, adv)
+
+
+def test_gradient_is_exactly_zero_at_positions_that_predict_user_tokens(tiny):
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    seq = make_sequence(tok, 1.0)
+    captured = {}
+
+    def keep(_module, _inp, out):
+        out.retain_grad()
+        captured["h"] = out
+
+    handle = model.model.norm.register_forward_hook(keep)  # its output is the last hidden state
+    logp, _ = masked_logprobs(model, [seq], temperature=1.0)
+    (-logp[0].sum()).backward()
+    handle.remove()
+    grad = captured["h"].grad[0].abs().sum(-1)  # per position
+    predicts_agent = seq.mask[1:].bool()
+    assert torch.all(grad[:-1][~predicts_agent] == 0)
+    assert grad[-1] == 0  # the last position predicts nothing
+    assert torch.all(grad[:-1][predicts_agent] > 0)
+
+
+def test_update_moves_the_policy_and_never_the_reference(tiny):
+    model, tok = tiny
+    policy, ref = copy.deepcopy(model), copy.deepcopy(model).requires_grad_(False)
+    before_ref = {k: v.clone() for k, v in ref.state_dict().items()}
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    upd = Updater(policy, ref, UpdateConfig(lr=1e-2, warmup_steps=1, kl_coef=0.1, temperature=1.0), total_steps=2)
+    for _ in range(2):
+        stats = upd.step([make_sequence(tok, 1.0), make_sequence(tok, -0.5)])
+    assert stats["kl"] > 0 and stats["trained_tokens"] == 2 * 10
+    assert all(torch.equal(v, before_ref[k]) for k, v in ref.state_dict().items())
+    assert any(not torch.equal(v, before[k]) for k, v in policy.state_dict().items())
+
+
+def test_zero_advantages_leave_the_policy_unchanged_without_kl(tiny):
+    model, tok = tiny
+    policy = copy.deepcopy(model)
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    upd = Updater(policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0, temperature=1.0), total_steps=1)
+    stats = upd.step([make_sequence(tok, 0.0)])
+    assert stats["grad_norm"] == 0.0
+    assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
