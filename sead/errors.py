@@ -20,3 +20,16 @@ class SEADInputError(ValueError):
         if field:
             where = f"{where} [{field}]" if where else f"[{field}]"
         super().__init__(f"{where}: {message}" if where else message)
+
+
+def jsonl_records(text: str, path: str | Path):
+    """Yield (line number, parsed JSON) for each non-blank line; bad JSON raises naming file and line."""
+    import json
+
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            yield lineno, json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise SEADInputError(f"invalid JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None

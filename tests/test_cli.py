@@ -52,3 +52,11 @@ def test_console_script_is_installed(tmp_path):
                         f"profiles.out={out}"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert len(out.read_text().splitlines()) == 3
+
+
+def test_train_with_the_verl_backend_says_it_is_not_available(capsys):
+    assert main(["train", "backend=verl"]) == 2
+    out = capsys.readouterr().out
+    assert "backend" in out and "not available" in out
+    assert main(["train", "backend=nope"]) == 2
+    assert "unknown backend 'nope'" in capsys.readouterr().out

@@ -248,6 +248,7 @@ def _del(key):
     (_del("stages"), "stages"),
     (lambda d: d["stages"].pop(), "stages"),
     (lambda d: d["stages"][2].update(agent_cues=[]), "stages[2].agent_cues"),
+    (lambda d: d["stages"][3].update(name="wrap_up"), "stages[3].name"),
     (lambda d: d["stages"][1].pop("reference_agent"), "stages[1].reference_agent"),
     (lambda d: d["stages"][0].update(user_ack=["ok", 5]), "stages[0].user_ack[1]"),
     (lambda d: d["concerns"].pop("Cost_Concerns"), "concerns"),

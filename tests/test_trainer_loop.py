@@ -44,6 +44,17 @@ def test_tiny_loop_writes_the_run_layout(tmp_path):
     assert state["step"] == 4 and path.name == "step_000004"
     AutoModelForCausalLM.from_pretrained(path / "model")  # a plain HF checkpoint
 
+    from sead.cli.main import main
+
+    html = tmp_path / "audit.html"
+    assert main(["audit-mask", str(run), "--html", str(html)]) == 0
+    page = html.read_text()
+    record = json.loads((run / "rollouts" / "step_000004.jsonl").read_text().splitlines()[0])
+    trained_runs = sum(1 for i, m in enumerate(record["segments"][0]["mask"])
+                       if m and (i == 0 or not record["segments"][0]["mask"][i - 1]))
+    assert page.count('class="trained"') == trained_runs > 0
+    assert "&lt;|im_start|&gt;system" in page  # escaped, and the prompt shown as context
+
 
 def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path, caplog):
     run = train(load_config([*TINY, "trainer.iterations=1", f"run_dir={tmp_path / 'run'}"]))

@@ -11,12 +11,12 @@ from sead.dialogue.rollout_log import read_rollouts
 
 
 def find_rollout_file(path: str | Path) -> Path:
-    """A rollout JSONL file, or the newest rollout log inside a run directory."""
+    """A rollout JSONL file, or the last step's rollout log of a run directory."""
     path = Path(path)
     if path.is_dir():
-        logs = sorted(path.rglob("*rollouts*.jsonl"), key=lambda p: p.stat().st_mtime)
+        logs = sorted((path / "rollouts").glob("step_*.jsonl"))
         if not logs:
-            raise FileNotFoundError(f"{path}: no *rollouts*.jsonl file in this run directory")
+            raise FileNotFoundError(f"{path}: no rollouts/step_*.jsonl here; is this a run directory?")
         return logs[-1]
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file or directory")

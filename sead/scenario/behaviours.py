@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, jsonl_records
 
 _ORIGINAL_KEY = "User_Persona_Classification"
 # The original prefixed categories with an index ("3. Rule_Understanding"); the index carries no meaning.
@@ -103,13 +103,7 @@ def _parse_original(text: str, path: Path) -> list[tuple[int, Behaviour]] | None
 
 def _parse_jsonl(text: str, path: Path) -> list[tuple[int, Behaviour]]:
     entries = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise SEADInputError(f"invalid JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
+    for lineno, obj in jsonl_records(text, path):
         if not isinstance(obj, dict):
             raise SEADInputError("each line must be a JSON object", path=path, line=lineno)
         behaviour = obj.get("behaviour", obj.get("behavior"))

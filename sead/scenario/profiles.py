@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, jsonl_records
 from sead.scenario.behaviours import BehaviourLibrary
 from sead.scenario.profile_space import ProfileSpace
 
@@ -47,8 +47,12 @@ def profile_from_dict(obj, space: ProfileSpace, library: BehaviourLibrary | None
     behaviours = obj.get("behaviours", obj.get("behaviors", []))
     if hasattr(behaviours, "tolist"):  # parquet list columns come back as numpy arrays
         behaviours = behaviours.tolist()
-    if isinstance(behaviours, str):
-        behaviours = json.loads(behaviours)
+    if isinstance(behaviours, str):  # a JSON-encoded list, as the original stored it in parquet
+        try:
+            behaviours = json.loads(behaviours)
+        except json.JSONDecodeError:
+            raise SEADInputError("not a list or a JSON list of strings", path=path, line=line,
+                                 field="behaviours") from None
     if not isinstance(behaviours, list) or not all(isinstance(b, str) for b in behaviours):
         raise SEADInputError("must be a list of behaviour strings", path=path, line=line, field="behaviours")
     if library is not None:
@@ -90,15 +94,8 @@ def read_profiles(path: str | Path, space: ProfileSpace, library: BehaviourLibra
             raise SEADInputError(f"cannot read parquet: {e}", path=path) from None
         # Rows are numbered from 1 like lines, so messages read the same for both formats.
         return [profile_from_dict(r, space, library, path=path, line=i) for i, r in enumerate(records, start=1)]
-    profiles = []
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise SEADInputError(f"invalid JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
-        profiles.append(profile_from_dict(obj, space, library, path=path, line=lineno))
+    profiles = [profile_from_dict(obj, space, library, path=path, line=lineno)
+                for lineno, obj in jsonl_records(path.read_text(encoding="utf-8"), path)]
     if not profiles:
         raise SEADInputError("profile file holds no profiles", path=path)
     return profiles

@@ -17,8 +17,21 @@ STATUS_VALUES = (-1, 0, 1)
 _INT = re.compile(r"-?\d+")
 
 
+class _Parsed:
+    """What agent and user turns share: the raw text and the list of problems found while parsing it."""
+
+    problems: list[str]
+
+    @property
+    def malformed(self) -> str | None:
+        return "; ".join(self.problems) or None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
-class AgentTurn:
+class AgentTurn(_Parsed):
     text: str
     response: str | None
     portrait: dict[str, int | None]
@@ -28,32 +41,18 @@ class AgentTurn:
     problems: list[str] = field(default_factory=list)
 
     @property
-    def malformed(self) -> str | None:
-        return "; ".join(self.problems) or None
-
-    @property
     def has_response(self) -> bool:
         return self.response is not None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
-class UserTurn:
+class UserTurn(_Parsed):
     text: str
     reply: str | None
     state: dict[str, int | None]
     status: int
     think: str | None = None
     problems: list[str] = field(default_factory=list)
-
-    @property
-    def malformed(self) -> str | None:
-        return "; ".join(self.problems) or None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

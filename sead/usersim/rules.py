@@ -134,8 +134,11 @@ def load_rules(path: str | Path, stages: Iterable[str], categories: Iterable[str
     for i, s in enumerate(raw_stages):
         f = f"stages[{i}]"
         s = r.mapping(s, f)
+        if s.get("name") not in (None, stage_names[i]):
+            raise SEADInputError(f"is named {s.get('name')!r} but the scenario's stage {i} is {stage_names[i]!r}",
+                                 path=path, field=f"{f}.name")
         parsed_stages.append(StageRules(
-            name=str(s.get("name") or stage_names[i]),
+            name=stage_names[i],
             agent_cues=tuple(normalise(c) for c in r.strings(s, "agent_cues", f)),
             user_ack=r.strings(s, "user_ack", f),
             reference_agent=r.text(s, "reference_agent", f)))
