@@ -36,7 +36,11 @@ def test_tiny_loop_writes_the_run_layout(tmp_path):
         "controller_update_001.json", "controller_update_002.json"]
     assert len(list((run / "controller").glob("*.png"))) == 2
     assert len(list((run / "validation").glob("iter_*.json"))) == 3  # before training and after each iteration
-    assert len((run / "rollouts" / "step_000001.jsonl").read_text().splitlines()) == 4
+    rollouts = [json.loads(l) for l in (run / "rollouts" / "step_000001.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 4
+    for r in rollouts:  # what every rollout record carries
+        assert set(r["meta"]["reward"]["components"]) >= {"completion", "format"}
+        assert r["meta"]["user_simulator"]["name"] == "scripted" and "seed" in r["meta"] and r["profile"]
     assert (run / "config.yaml").exists() and json.loads((run / "usersim.json").read_text())["name"] == "scripted"
     from transformers import AutoModelForCausalLM
 
@@ -54,6 +58,10 @@ def test_tiny_loop_writes_the_run_layout(tmp_path):
                        if m and (i == 0 or not record["segments"][0]["mask"][i - 1]))
     assert page.count('class="trained"') == trained_runs > 0
     assert "&lt;|im_start|&gt;system" in page  # escaped, and the prompt shown as context
+
+    before = (run / "metrics.jsonl").read_text()
+    assert main(["train", *TINY, f"run_dir={run}"]) == 2  # a fresh run never writes over an earlier one
+    assert (run / "metrics.jsonl").read_text() == before
 
 
 def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path, caplog):

@@ -27,8 +27,10 @@ class EpisodeJob:
 async def run_batch(jobs: list[EpisodeJob], *, scenario: Scenario, agent: AgentPolicy, user: UserSimulator,
                     tokenizer, cfg: RunnerConfig, log: RolloutLog | None = None,
                     on_done: Callable[[Episode], None] | None = None,
-                    cache: ResponseCache | None = None) -> list[Episode]:
-    """Episodes in job order. A simulator failure ends only its own episode (as sim_error)."""
+                    cache: ResponseCache | None = None,
+                    score: Callable[[Episode], dict | None] | None = None) -> list[Episode]:
+    """Episodes in job order. A simulator failure ends only its own episode (as sim_error).
+    `score` (e.g. the reward) is stored in `meta["reward"]` before the episode is logged."""
     gate = asyncio.Semaphore(max(1, cfg.concurrency))
 
     async def one(job: EpisodeJob) -> Episode:
@@ -36,6 +38,8 @@ async def run_batch(jobs: list[EpisodeJob], *, scenario: Scenario, agent: AgentP
             ep = await run_episode(job.profile, scenario=scenario, agent=agent, user=user, tokenizer=tokenizer,
                                    cfg=cfg, seed=job.seed, episode_id=job.episode_id, cache=cache)
         ep.meta["group"] = job.group
+        if score is not None:
+            ep.meta["reward"] = score(ep)
         if log is not None:
             log.append(ep)
         if on_done is not None:

@@ -12,7 +12,8 @@ from sead.scenario.profiles import Profile
 from sead.scenario.tags import AgentTurn, UserTurn
 
 # How a dialogue can end. Only `sim_error` is excluded from reward and completion rate.
-END_REASONS = ("user_success", "user_hangup", "agent_done", "turn_limit", "token_budget", "sim_error")
+END_REASONS = ("user_success", "user_hangup", "agent_done", "turn_limit", "token_budget", "format_error",
+               "sim_error")
 
 
 @dataclass

@@ -33,6 +33,7 @@ class RunnerConfig:
     max_context_tokens: int = 8192      # rolling cap on what the agent conditions on
     sop_role: str = "system"            # role of the SOP prompt message (use "user" for templates without system)
     agent_sees: str = "reply"           # reply | think_and_reply: what of a user turn the agent is shown
+    on_malformed: str = "feedback"      # feedback: tell the agent and go on (the original) | end: end the dialogue
     format_error_message: str = ("[format error] Your last message had no <response>...</response> block. "
                                  "Answer again in the required tag format.")
     user_timeout: float = 120.0         # seconds per simulator call
@@ -42,6 +43,8 @@ class RunnerConfig:
     concurrency: int = 64               # episodes in flight at once (batch runner)
 
     def __post_init__(self):
+        if self.on_malformed not in ("feedback", "end"):
+            raise ValueError(f"runner.on_malformed must be 'feedback' or 'end', got {self.on_malformed!r}")
         if self.agent_sees not in ("reply", "think_and_reply"):
             raise ValueError(f"runner.agent_sees must be 'reply' or 'think_and_reply', got {self.agent_sees!r}")
         if self.max_turns < 1 or self.max_new_tokens < 1:
@@ -103,6 +106,10 @@ async def run_episode(profile: Profile, *, scenario: Scenario, agent: AgentPolic
         tokens["agent_prompt"] += len(chat.prompt_ids)
         tokens["agent_completion"] += len(out.token_ids)
         agent_turn = scenario.tags.parse_agent(chat.add_agent(out.token_ids, out.logprobs))
+        if not agent_turn.has_response and cfg.on_malformed == "end":
+            turns.append(Turn(agent_turn))
+            end = "format_error"
+            break
         if not agent_turn.has_response:
             # As the original: tell the agent its format was wrong; this counts toward the turn limit.
             turns.append(Turn(agent_turn, feedback=cfg.format_error_message))

@@ -26,6 +26,7 @@ from sead.config import build_controller, build_scenario, build_usersim, reward_
 from sead.controller import make_curriculum, write_controller_report
 from sead.controller.controller import ProfileController
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
+from sead.errors import SEADInputError
 from sead.metrics import compute_metrics
 from sead.models.loading import ModelConfig, load_model
 from sead.reward import compute_reward
@@ -54,6 +55,11 @@ class Trainer:
         resume = latest_checkpoint(self.run_dir) if cfg.resume else None
         if cfg.resume and resume is None:
             console.print(f"[yellow]resume=true but {self.run_dir} holds no complete checkpoint: starting fresh")
+        elif not cfg.resume and (self.run_dir / "metrics.jsonl").exists():
+            # Never write a fresh run over an earlier one: its metrics, rollouts and checkpoints would mix.
+            raise SEADInputError(f"{self.run_dir} already holds a run; pass resume=true to continue it or choose "
+                                 "another run_dir", field="run_dir")
+        console.print(f"run directory: {self.run_dir}")
         ref_model, self.tokenizer, label = load_model(self.model_cfg)
         if resume:
             self.model = load_model(ModelConfig(**{**vars(self.model_cfg), "preset": "path",
@@ -92,7 +98,7 @@ class Trainer:
         with RolloutLog(log_path, fresh=True) as rlog:  # one file per step: a replayed step rewrites it
             episodes = await run_batch(jobs, scenario=self.scenario, agent=policy, user=self.user,
                                        tokenizer=self.tokenizer, cfg=self.runner_cfg, log=rlog,
-                                       on_done=lambda ep: progress.advance(task))
+                                       on_done=lambda ep: progress.advance(task), score=self._score)
         progress.remove_task(task)
         return episodes
 
@@ -122,21 +128,20 @@ class Trainer:
         eps = await self._play(jobs, self.policy, self.run_dir / "rollouts" / f"step_{self.step:06d}.jsonl",
                                progress, f"step {self.step} rollouts")
         t_roll = time.perf_counter() - t0
-        rewards = [compute_reward(e, self.weights, self.scenario.space, num_stages=len(self.scenario.stages),
-                                  max_turns=self.runner_cfg.max_turns) for e in eps]
+        rewards = [e.meta["reward"] for e in eps]  # scored as each episode finished (see _score)
         for e, r in zip(eps, rewards):
             self.controller.observe(e.profile, None if r is None else e.success)
         kept = [(e, r, j.group) for e, r, j in zip(eps, rewards, jobs) if r is not None]
         if not kept:
             raise RuntimeError("every dialogue of this step ended in a user-simulator error; check the simulator")
-        seqs, sstats = build_sequences([e for e, _, _ in kept], [r.total for _, r, _ in kept],
+        seqs, sstats = build_sequences([e for e, _, _ in kept], [r["total"] for _, r, _ in kept],
                                        [g for _, _, g in kept], self.tc.update)
         t1 = time.perf_counter()
         upd = self.updater.step(seqs)
         t_upd = time.perf_counter() - t1
         m = compute_metrics(eps, self.scenario.space)
-        comps = {k: sum(r.components[k] for _, r, _ in kept) / len(kept) for k in kept[0][1].components}
-        out = {"reward": sum(r.total for _, r, _ in kept) / len(kept), "reward_components": comps,
+        comps = {k: sum(r["components"][k] for _, r, _ in kept) / len(kept) for k in kept[0][1]["components"]}
+        out = {"reward": sum(r["total"] for _, r, _ in kept) / len(kept), "reward_components": comps,
                "CR": m["metrics"]["CR"]["mean"], "turns": m["metrics"]["ADT"]["mean"],
                "UPA": m["metrics"]["UPA"]["mean"], "sim_errors": m["counts"]["sim_error"], **upd, **sstats,
                "gen_tokens_per_s": (self.policy.generated_tokens - tokens_before) / max(t_roll, 1e-9),
@@ -144,6 +149,12 @@ class Trainer:
                "controller_marginals": {d: {str(v): p for v, p in mm.items()}
                                         for d, mm in self.controller.marginals().items()}}
         return out
+
+    def _score(self, ep) -> dict | None:
+        """The reward with its components, written into the rollout record; None for a simulator error."""
+        r = compute_reward(ep, self.weights, self.scenario.space, num_stages=len(self.scenario.stages),
+                           max_turns=self.runner_cfg.max_turns)
+        return None if r is None else {"total": r.total, "components": r.components}
 
     def _state(self) -> dict:
         return {"step": self.step, "controller": self.controller.state_dict()}
