@@ -104,3 +104,15 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     steps = [json.loads(l)["step"] for l in metrics.read_text().splitlines() if '"reward"' in l]
     assert steps == [1, 2, 3, 4, 5, 6]  # replayed steps replace their lines instead of duplicating them
+
+
+def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path):
+    run = train(load_config([*TINY, "trainer.iterations=1", f"run_dir={tmp_path / 'run'}",
+                             "trainer.warmup.dialogues=8", "trainer.warmup.epochs=3", "trainer.warmup.lr=0.01"]))
+    summary = json.loads((run / "warmup" / "summary.json").read_text())
+    assert summary["imitated"] > 0 and summary["reference_CR"] > 0
+    assert summary["nll_last"] < summary["nll_first"]
+    dialogues = [json.loads(l) for l in (run / "warmup" / "dialogues.jsonl").read_text().splitlines()]
+    assert len(dialogues) == 8 and all(d["meta"]["agent"]["name"] == "reference" for d in dialogues)
+    first = json.loads((run / "metrics.jsonl").read_text().splitlines()[1])
+    assert first["step"] == 1 and first["kl"] == 0.0  # the reference is the warmed-up policy, not the base

@@ -35,6 +35,7 @@ from sead.trainer.metrics_log import MetricsLogger
 from sead.trainer.policy import HFPolicy, SamplingConfig
 from sead.trainer.schema import TrainerConfig
 from sead.trainer.update import Updater, build_sequences
+from sead.trainer.warmup import warmup
 
 log = logging.getLogger(__name__)
 console = Console()
@@ -61,6 +62,9 @@ class Trainer:
                                  "another run_dir", field="run_dir")
         console.print(f"run directory: {self.run_dir}")
         ref_model, self.tokenizer, label = load_model(self.model_cfg)
+        warmed = self.run_dir / "warmup" / "model"
+        if resume and (warmed / "config.json").exists():  # the KL anchor of a warmed-up run is the warmed model
+            ref_model = load_model(ModelConfig(**{**vars(self.model_cfg), "preset": "path", "path": str(warmed)}))[0]
         if resume:
             self.model = load_model(ModelConfig(**{**vars(self.model_cfg), "preset": "path",
                                                    "path": str(resume[0] / "model")}))[0]
@@ -78,13 +82,17 @@ class Trainer:
             self.controller.load_state_dict(state["controller"])
             self.step = int(state["step"])
             console.print(f"resuming from {path} (step {self.step})")
-        self.val_profiles = ProfileController(
-            self.scenario, make_curriculum("fixed", self.scenario.space, self.scenario.default_marginals),
-            seed=self.tc.validation.seed).sample(self.tc.validation.profiles)
+        self.val_profiles = self._fixed_sampler(self.tc.validation.seed).sample(self.tc.validation.profiles)
+        # Warm-up profiles come from their own seeded sampler: the controller's draws stay those of the RL run.
+        self.controller_for_warmup = self._fixed_sampler(self.tc.warmup.seed)
         self._write_run_files()
         self.logger = MetricsLogger(self.run_dir, tensorboard=self.tc.logging.tensorboard,
                                     wandb=self.tc.logging.wandb, wandb_mode=self.tc.logging.wandb_mode,
                                     config=OmegaConf.to_container(cfg), resume_step=self.step if resume else None)
+
+    def _fixed_sampler(self, seed: int) -> ProfileController:
+        rule = make_curriculum("fixed", self.scenario.space, self.scenario.default_marginals)
+        return ProfileController(self.scenario, rule, seed=seed)
 
     def _write_run_files(self) -> None:
         for sub in ("rollouts", "validation", "controller", "checkpoints"):
@@ -166,6 +174,16 @@ class Trainer:
                    TextColumn("ETA"), TimeRemainingColumn()]
         with Progress(*columns, console=console) as progress:
             overall = progress.add_task("[bold]training steps", total=total, completed=self.step)
+            if self.step == 0 and tc.warmup.dialogues > 0:
+                summary = await warmup(self, tc.warmup, progress)
+                (self.run_dir / "warmup" / "summary.json").write_text(json.dumps(summary, indent=2))
+                self.model.save_pretrained(self.run_dir / "warmup" / "model")
+                self.tokenizer.save_pretrained(self.run_dir / "warmup" / "model")
+                if self.ref is not None:  # KL keeps RL near the warmed-up model, not the format-less base
+                    self.ref.load_state_dict(self.model.state_dict())
+                console.print(f"warm-up: imitated {summary['imitated']}/{summary['dialogues']} reference dialogues "
+                              f"(reference CR {summary['reference_CR']:.2f}); NLL {summary['nll_first']} -> "
+                              f"{summary['nll_last']}")
             if self.step == 0:
                 await self.validate(0, progress)
             while self.step < total:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from sead.trainer.policy import SamplingConfig
 from sead.trainer.update import UpdateConfig
+from sead.trainer.warmup import WarmupConfig
 
 
 @dataclass
@@ -34,4 +35,5 @@ class TrainerConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -1,0 +1,70 @@
+"""Optional supervised warm-up on dialogues of the scripted reference agent (no human labels).
+
+A small base model (SmolLM2-135M) almost never writes SEAD's tag format, so every GRPO group has reward 0 and
+no gradient. A short warm-up teaches the format and the SOP from dialogues the reference agent plays against
+the same user simulator. The dialogues go through the ordinary episode runner, so their token ids and loss
+mask are built exactly as in RL, and the loss is the mean negative log-likelihood of the agent tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+import torch
+
+from sead.agents.scripted import ReferenceAgent
+from sead.dialogue import EpisodeJob, RolloutLog, run_batch
+from sead.trainer.update import Sequence, masked_logprobs
+
+
+@dataclass
+class WarmupConfig:
+    dialogues: int = 0          # 0 = no warm-up
+    epochs: int = 1
+    lr: float = 1e-4
+    micro_batch: int = 2
+    successful_only: bool = True  # imitate only dialogues the reference agent won
+    seed: int = 77
+    max_turns: int = 15         # the reference agent's dialogues run to their natural end ...
+    max_new_tokens: int = 200   # ... with room for its full tag block, whatever the RL settings are
+
+
+async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
+    """Play the reference agent, then fine-tune the policy on its turns. Returns summary numbers."""
+    agent = ReferenceAgent(trainer.scenario, trainer.tokenizer)
+    profiles = trainer.controller_for_warmup.sample(cfg.dialogues)
+    jobs = [EpisodeJob(p, seed=cfg.seed * 104_729 + i, episode_id=f"warmup{i}") for i, p in enumerate(profiles)]
+    task = progress.add_task("warm-up dialogues", total=len(jobs))
+    with RolloutLog(trainer.run_dir / "warmup" / "dialogues.jsonl", fresh=True) as log:
+        episodes = await run_batch(jobs, scenario=trainer.scenario, agent=agent, user=trainer.user,
+                                   tokenizer=trainer.tokenizer, log=log,
+                                   cfg=replace(trainer.runner_cfg, max_turns=cfg.max_turns,
+                                               max_new_tokens=cfg.max_new_tokens),
+                                   on_done=lambda ep: progress.advance(task))
+    progress.remove_task(task)
+    chosen = [e for e in episodes if e.success or not cfg.successful_only]
+    seqs = [Sequence(torch.tensor(s.ids), torch.tensor(s.mask), 0.0) for e in chosen for s in e.segments
+            if sum(s.mask)]
+    model = trainer.model
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+    order = random.Random(cfg.seed)
+    task = progress.add_task("warm-up fine-tuning", total=cfg.epochs * max(1, -(-len(seqs) // cfg.micro_batch)))
+    model.train()
+    losses = []
+    for _ in range(cfg.epochs):
+        order.shuffle(seqs)
+        for i in range(0, len(seqs), cfg.micro_batch):
+            batch = seqs[i:i + cfg.micro_batch]
+            logps, _ = masked_logprobs(model, batch, temperature=1.0)
+            loss = -torch.cat(logps).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(float(loss.detach()))
+            progress.advance(task)
+    progress.remove_task(task)
+    return {"dialogues": len(episodes), "imitated": len(chosen), "sequences": len(seqs),
+            "reference_CR": sum(e.success for e in episodes) / max(1, len(episodes)),
+            "nll_first": losses[0] if losses else None, "nll_last": losses[-1] if losses else None}
