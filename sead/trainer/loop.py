@@ -88,7 +88,9 @@ class Trainer:
         self._write_run_files()
         self.logger = MetricsLogger(self.run_dir, tensorboard=self.tc.logging.tensorboard,
                                     wandb=self.tc.logging.wandb, wandb_mode=self.tc.logging.wandb_mode,
-                                    config=OmegaConf.to_container(cfg), resume_step=self.step if resume else None)
+                                    config=OmegaConf.to_container(cfg),
+                                    # resumed: keep lines up to the checkpoint; resume without one: start afresh
+                                    resume_step=self.step if resume else (-1 if cfg.resume else None))
 
     def _fixed_sampler(self, seed: int) -> ProfileController:
         rule = make_curriculum("fixed", self.scenario.space, self.scenario.default_marginals)
