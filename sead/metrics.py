@@ -8,8 +8,9 @@ Per-dialogue values (None = the metric does not apply to that dialogue):
       earlier in the dialogue; 0 otherwise (also 0 when no stage was declared).
 - ATT mean turns of successful dialogues (None for failures). ADT: mean turns of all dialogues.
       A turn is one agent message (with the user's answer, if any).
-- UPA user-portrait accuracy: 1 - mean over turns of mean over the sampled dimensions of
-      |agent prediction - user's next report| / (dimension range). Pairs with a missing value are skipped.
+- UPA user-portrait accuracy: 1 - mean over turns of (mean over the sampled dimensions of
+      |agent prediction - user's next report| / dimension range). Pairs with a missing value are skipped;
+      a turn with no readable pair does not count.
 - EI / TI / CI: last minus first user-reported emotion / trust / cooperation (needs two reports).
 Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n. Dialogues that ended by a simulator
 error are counted apart and excluded from every metric: they say nothing about the agent.
@@ -54,15 +55,15 @@ def turns(ep: Episode) -> float:
 
 
 def portrait_accuracy(ep: Episode, space: ProfileSpace) -> float | None:
-    errors = []
+    per_turn = []
     for t in ep.turns:
         if t.user is None:
             continue
-        for dim in space.sampled:
-            pred, real = t.agent.portrait.get(dim.name), t.user.state.get(dim.name)
-            if pred is not None and real is not None and dim.span:
-                errors.append(abs(pred - real) / dim.span)
-    return 1.0 - float(np.mean(errors)) if errors else None
+        errors = [abs(t.agent.portrait[d.name] - t.user.state[d.name]) / d.span for d in space.sampled
+                  if d.span and t.agent.portrait.get(d.name) is not None and t.user.state.get(d.name) is not None]
+        if errors:
+            per_turn.append(float(np.mean(errors)))
+    return 1.0 - float(np.mean(per_turn)) if per_turn else None
 
 
 def state_change(ep: Episode, dim: str) -> float | None:

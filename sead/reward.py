@@ -17,7 +17,7 @@ from sead.scenario.profile_space import ProfileSpace
 class RewardWeights:
     completion: float = 1.0
     format: float = 0.0           # fraction of agent turns whose tags all parsed
-    stage_progress: float = 0.0   # fraction of SOP stages reached in order
+    stage_progress: float = 0.0   # fraction of SOP stages reached: stages 0..k all declared at some point
     portrait_accuracy: float = 0.0
     agent_hangup: float = 0.0     # the component is -1 when the agent ends the call without user success
     turn_efficiency: float = 0.0  # successful dialogues only: 1 - turns / max_turns

@@ -217,9 +217,10 @@ def _fmt(x) -> str:
 
 def _summary(step: int, total: int, o: dict) -> str:
     t = o["time"]
+    update = ("update skipped (no group with differing rewards)" if "skipped" in o else
+              f"kl {o['kl']:.4f}  entropy {o['entropy']:.3f}  clip {o['clip_frac']:.3f}  grad {o['grad_norm']:.3f}")
     return (f"step {step}/{total}  reward {o['reward']:.3f}  CR {_fmt(o['CR'])}  turns {_fmt(o['turns'])}  "
-            f"kl {o.get('kl', 0):.4f}  entropy {o.get('entropy', 0):.3f}  clip {o.get('clip_frac', 0):.3f}  "
-            f"grad {o.get('grad_norm', 0):.3f}  gen {o['gen_tokens_per_s']:.1f} tok/s  "
+            f"{update}  gen {o['gen_tokens_per_s']:.1f} tok/s  "
             f"rollout {t['rollout_s']:.0f}s update {t['update_s']:.0f}s"
             + (f"  | controller: {o['controller_update']}" if "controller_update" in o else ""))
 

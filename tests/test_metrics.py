@@ -1,0 +1,211 @@
+"""sead/metrics.py on hand-built dialogues (through the real tag format); expected values computed by hand."""
+
+import json
+import math
+
+import pytest
+
+from sead.dialogue.chat_tokens import TokenSegment
+from sead.dialogue.episode import Episode, Turn
+from sead.metrics import compute_metrics, cost, pass_hat_k, summarise, token_totals
+from sead.scenario.profile_space import ProfileSpace
+from sead.scenario.profiles import Profile
+from sead.scenario.tags import TagSchema
+
+# Ranges: cooperation 4, emotion 3, trust 5; noise is not sampled, so it never enters UPA.
+SPACE = ProfileSpace.from_config({
+    "cooperation": {"low": 0, "high": 4, "allowed": [1, 2, 3]},
+    "emotion": {"low": 0, "high": 3, "allowed": [1, 2]},
+    "trust": {"low": 0, "high": 5, "allowed": [1, 2, 3, 4]},
+    "noise": {"low": 0, "high": 5, "sampled": False}})
+SCHEMA = TagSchema(SPACE, num_stages=4)
+PROFILE = Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, ["skeptical"])
+
+
+def agent(c, e, t, stage, status=0, noise=0):
+    """Agent turn through the real tags; pass "?" (or an out-of-range int) for a value that will not parse."""
+    text = SCHEMA.format_agent("hello", {"cooperation": c, "emotion": e, "trust": t, "noise": noise}, stage, status)
+    return SCHEMA.parse_agent(text)
+
+
+def user(c, e, t, status=0, noise=0):
+    text = SCHEMA.format_user("ok", {"cooperation": c, "emotion": e, "trust": t, "noise": noise}, status)
+    return SCHEMA.parse_user(text)
+
+
+def episodes():
+    # A: success, 3 turns, stages 0,1,2, agent says done on the last turn and the user agrees (a true positive).
+    #   t1 pred (1,1,1) [noise 5, ignored] vs (1,2,3): 0/4, 1/3, 2/5 -> (5/15+6/15)/3 = 11/45
+    #   t2 pred (2,2,3) vs (2,2,3): 0
+    #   t3 pred (3,2,4) vs (4,3,4): 1/4, 1/3, 0 -> (7/12)/3 = 7/36
+    #   UPA = 1 - (11/45 + 0 + 7/36)/3 = 1 - (44/180 + 35/180)/3 = 1 - 79/540 = 461/540
+    #   EI 3-2 = 1, TI 4-3 = 1, CI 4-1 = 3; CR 1, FPR 0, SCR 1, ATT 3, ADT 3
+    a = Episode(PROFILE, [Turn(agent(1, 1, 1, 0, noise=5), user(1, 2, 3, noise=0)),
+                          Turn(agent(2, 2, 3, 1), user(2, 2, 3)),
+                          Turn(agent(3, 2, 4, 2, status=1), user(4, 3, 4, status=1))], "user_success",
+                tokens={"agent_prompt": 1200, "agent_completion": 300, "user_prompt": 900, "user_completion": 150})
+    # B: agent says done at stage 2 having skipped stage 1, user never succeeded (a false positive).
+    #   t1 pred (2,1,2) vs (2,1,2): 0 -> UPA 1; one report -> EI/TI/CI None; CR 0, FPR 1, SCR 0, ADT 2
+    b = Episode(PROFILE, [Turn(agent(2, 1, 2, 0), user(2, 1, 2)),
+                          Turn(agent(2, 1, 2, 2, status=1))], "agent_done",
+                tokens={"agent_prompt": 800, "agent_completion": 200})
+    # C: user hangs up; every stage is out of range (9) so none is declared -> SCR 0.
+    #   t1 agent portrait unreadable -> no pair
+    #   t2 pred (3,2,4) vs (2,2,4): 1/4 -> (1/4)/3 = 1/12
+    #   t3 pred (2,2,4) vs (1,0,3): 1/4, 2/3, 1/5 -> (15+40+12)/60/3 = 67/180
+    #   UPA = 1 - (15/180 + 67/180)/2 = 1 - 41/180 = 139/180
+    #   EI 0-2 = -2, TI 3-4 = -1, CI 1-3 = -2; CR 0, FPR None (agent's last status 0), ADT 3
+    c = Episode(PROFILE, [Turn(agent("?", "?", "?", 9), user(3, 2, 4)),
+                          Turn(agent(3, 2, 4, 9), user(2, 2, 4)),
+                          Turn(agent(2, 2, 4, 9), user(1, 0, 3, status=-1))], "user_hangup")
+    # D: success in one turn declaring only stage 1 (stage 0 skipped) -> SCR 0; emotion report unreadable.
+    #   pred (4,3,5) vs (4,?,1): 0/4, skipped, 4/5 -> 1 - (0 + 4/5)/2 = 3/5; one report -> EI/TI/CI None
+    #   CR 1, FPR None, ATT 1, ADT 1
+    d = Episode(PROFILE, [Turn(agent(4, 3, 5, 1), user(4, "?", 1, status=1))], "user_success")
+    # E: simulator error after a turn whose user status was 1: excluded from everything, never a success.
+    e = Episode(PROFILE, [Turn(agent(0, 0, 0, 3, status=1), user(4, 3, 5, status=1))], "sim_error",
+                tokens={"agent_prompt": 500, "user_prompt": 1000})
+    return [a, b, c, d, e]
+
+
+def test_fixture_parsed_as_intended():
+    a, b, c, d, e = episodes()
+    assert a.turns[0].agent.portrait == {"cooperation": 1, "emotion": 1, "trust": 1, "noise": 5}
+    assert all(t.agent.stage is None for t in c.turns) and c.turns[0].agent.portrait["trust"] is None
+    assert d.turns[0].user.state["emotion"] is None and d.turns[0].user.state["trust"] == 1
+
+
+def test_counts_and_end_reasons():
+    m = compute_metrics(episodes(), SPACE)
+    # valid A,B,C,D: successes A,D; failures B,C; E is counted apart
+    assert m["counts"] == {"dialogues": 5, "evaluated": 4, "completed": 2, "failed": 2, "sim_error": 1}
+    assert m["end_reasons"] == {"agent_done": 1, "sim_error": 1, "user_hangup": 1, "user_success": 2}
+
+
+def test_per_metric_mean_n_and_sample_std():
+    mm = compute_metrics(episodes(), SPACE, seed=7)["metrics"]
+    # CR [1,0,0,1]: mean .5, ddof=1 var = 4*.25/3 = 1/3
+    assert mm["CR"]["mean"] == pytest.approx(0.5) and mm["CR"]["n"] == 4
+    assert mm["CR"]["std"] == pytest.approx(math.sqrt(1 / 3))
+    # FPR over A (TP -> 0) and B (FP -> 1): FP/(FP+TP) = 1/2; var = 2*.25/1
+    assert mm["FPR"]["mean"] == pytest.approx(0.5) and mm["FPR"]["n"] == 2
+    assert mm["FPR"]["std"] == pytest.approx(math.sqrt(0.5))
+    # SCR [1,0,0,0]: mean .25; var = (.75^2 + 3*.25^2)/3 = .75/3 = .25
+    assert mm["SCR"]["mean"] == pytest.approx(0.25) and mm["SCR"]["n"] == 4
+    assert mm["SCR"]["std"] == pytest.approx(0.5)
+    # ATT successes only: A 3, D 1 -> mean 2, std sqrt((1+1)/1)
+    assert mm["ATT"]["mean"] == pytest.approx(2.0) and mm["ATT"]["n"] == 2
+    assert mm["ATT"]["std"] == pytest.approx(math.sqrt(2))
+    # ADT all: 3,2,3,1 -> 9/4; var = (.75^2+.25^2+.75^2+1.25^2)/3 = 2.75/3
+    assert mm["ADT"]["mean"] == pytest.approx(2.25) and mm["ADT"]["n"] == 4
+    assert mm["ADT"]["std"] == pytest.approx(math.sqrt(2.75 / 3))
+
+
+def test_portrait_accuracy_normalised_per_dimension_range():
+    mm = compute_metrics(episodes(), SPACE)["metrics"]
+    # (461/540 + 1 + 139/180 + 3/5)/4 = (461 + 540 + 417 + 324)/540/4 = 1742/2160
+    assert mm["UPA"]["mean"] == pytest.approx(1742 / 2160) and mm["UPA"]["n"] == 4
+    # one dialogue alone: A = 461/540 (its noise 5 vs 0 would cost 1/5 if it were counted)
+    assert compute_metrics(episodes()[:1], SPACE)["metrics"]["UPA"]["mean"] == pytest.approx(461 / 540)
+
+
+def test_portrait_accuracy_none_without_any_pair():
+    only_unreadable = Episode(PROFILE, [Turn(agent("?", "?", "?", 0), user(1, 1, 1)),
+                                        Turn(agent(1, 1, 1, 1, status=1))], "agent_done")
+    assert compute_metrics([only_unreadable], SPACE)["metrics"]["UPA"]["n"] == 0
+
+
+def test_portrait_accuracy_is_mean_over_turns_of_mean_over_dimensions():
+    # Module docstring: 1 - mean over turns of (mean over sampled dimensions with both values).
+    #   t1 pred (3,1,2) vs (1,1,2): 2/4, 0, 0 -> mean 1/6
+    #   t2 pred (2,3,?) vs (2,0,4): 0, 3/3 (trust skipped) -> mean 1/2
+    #   UPA = 1 - (1/6 + 1/2)/2 = 2/3   (a flat mean over the 5 pairs would give 1 - 1.5/5 = 0.7)
+    ep = Episode(PROFILE, [Turn(agent(3, 1, 2, 0), user(1, 1, 2)),
+                           Turn(agent(2, 3, 9, 1), user(2, 0, 4, status=-1))], "user_hangup")
+    assert compute_metrics([ep], SPACE)["metrics"]["UPA"]["mean"] == pytest.approx(2 / 3)
+
+
+def test_state_changes_last_minus_first_report():
+    mm = compute_metrics(episodes(), SPACE)["metrics"]
+    # only A and C have two reports: EI (1 + -2)/2, TI (1 + -1)/2, CI (3 + -2)/2
+    assert (mm["EI"]["mean"], mm["EI"]["n"]) == (pytest.approx(-0.5), 2)
+    assert (mm["TI"]["mean"], mm["TI"]["n"]) == (pytest.approx(0.0), 2)
+    assert (mm["CI"]["mean"], mm["CI"]["n"]) == (pytest.approx(0.5), 2)
+    assert mm["CI"]["std"] == pytest.approx(math.sqrt(2 * 2.5 ** 2))  # deviations +-2.5, ddof=1
+
+
+def test_sim_error_excluded_from_every_metric():
+    eps = episodes()
+    e = eps[4]
+    assert e.final_user_status == 1 and not e.success
+    with_err, without = compute_metrics(eps, SPACE, seed=3), compute_metrics(eps[:4], SPACE, seed=3)
+    assert with_err["metrics"] == without["metrics"]
+    alone = compute_metrics([e], SPACE)
+    assert alone["counts"] == {"dialogues": 1, "evaluated": 0, "completed": 0, "failed": 0, "sim_error": 1}
+    assert all(v["n"] == 0 and v["mean"] is None for v in alone["metrics"].values())
+
+
+def test_tokens_and_cost_per_million():
+    # tokens are spent even by the sim_error dialogue E, so totals cover all five dialogues:
+    # agent_prompt 1200+800+500 = 2500, agent_completion 300+200 = 500, user_prompt 900+1000 = 1900, user_completion 150
+    eps = episodes()
+    assert token_totals(eps) == {"agent_prompt": 2500, "agent_completion": 500, "user_prompt": 1900,
+                                 "user_completion": 150}
+    prices = {"agent": {"prompt": 2.0, "completion": 8.0}, "user": {"prompt": 0.5, "completion": 1.0}}
+    # agent (2500*2 + 500*8)/1e6 = 0.009; user (1900*.5 + 150*1)/1e6 = 0.0011; total 0.0101
+    m = compute_metrics(eps, SPACE, prices=prices)
+    assert m["tokens"] == token_totals(eps)
+    assert m["cost"] == pytest.approx({"agent": 0.009, "user": 0.0011, "total": 0.0101})
+    # no prices -> zero cost; a missing component or price counts 0; unknown token keys are ignored
+    assert compute_metrics(eps, SPACE)["cost"] == {"agent": 0.0, "user": 0.0, "total": 0.0}
+    assert cost({"agent_prompt": 3_000_000, "other_prompt": 10**9}, {"agent": {"prompt": 1.5}}) == pytest.approx(
+        {"agent": 4.5, "user": 0.0, "total": 4.5})
+
+
+def test_summarise_mean_std_and_ci():
+    x = [2, 4, 4, 4, 5, 5, 7, 9]  # mean 40/8 = 5; squared deviations 9+1+1+1+0+0+4+16 = 32; var 32/7
+    s = summarise(x, seed=11)
+    assert s["mean"] == pytest.approx(5.0) and s["n"] == 8 and s["std"] == pytest.approx(math.sqrt(32 / 7))
+    lo, hi = s["ci95"]
+    assert 2 <= lo < 5 < hi <= 9
+    assert summarise(x, seed=11) == s and summarise(x, seed=12)["ci95"] != s["ci95"]
+    assert summarise([1.0, None, 3.0])["mean"] == pytest.approx(2.0) and summarise([1.0, None, 3.0])["n"] == 2
+
+
+def test_summarise_ci_shrinks_with_more_data():
+    small, large = summarise([0, 1] * 5, seed=0), summarise([0, 1] * 500, seed=0)
+    assert small["mean"] == large["mean"] == 0.5
+    assert large["ci95"][0] <= 0.5 <= large["ci95"][1]
+    assert large["ci95"][1] - large["ci95"][0] < (small["ci95"][1] - small["ci95"][0]) / 3
+
+
+def test_summarise_empty_and_single():
+    empty = {"mean": None, "std": None, "ci95": [None, None], "n": 0}
+    assert summarise([]) == empty and summarise([None, None]) == empty
+    assert summarise([0.25]) == {"mean": 0.25, "std": 0.0, "ci95": [0.25, 0.25], "n": 1}
+
+
+def test_pass_hat_k_by_hand():
+    t, f = True, False
+    trials = [[t, t, f, t], [f, f, f, f]]
+    assert pass_hat_k(trials, 1) == pytest.approx((3 / 4 + 0) / 2)       # C(3,1)/C(4,1) = 3/4
+    assert pass_hat_k(trials, 2) == pytest.approx((3 / 6 + 0) / 2)       # C(3,2)/C(4,2) = 3/6
+    assert pass_hat_k(trials, 3) == pytest.approx((1 / 4 + 0) / 2)       # C(3,3)/C(4,3) = 1/4
+    assert pass_hat_k(trials, 4) == 0.0                                   # C(3,4) = 0
+    assert pass_hat_k([[t] * 5], 5) == 1.0
+    # a profile with fewer than k trials is skipped: [t,t] for k=3 -> only 1/4 from the first
+    assert pass_hat_k([[t, t, f, t], [t, t]], 3) == pytest.approx(1 / 4)
+    assert pass_hat_k([[t, t], [t]], 3) is None and pass_hat_k([], 1) is None
+
+
+def test_episode_round_trip_keeps_everything():
+    eps = episodes()
+    eps[0].turns[1].feedback = "format!"
+    eps[0].meta["seed"] = 42
+    eps[0].segments.append(TokenSegment([1, 2, 3], [0, 1, 1], [0.0, -0.5, -1.25]))
+    back = [Episode.from_dict(json.loads(json.dumps(e.to_dict()))) for e in eps]
+    assert [b.to_dict() for b in back] == [e.to_dict() for e in eps]
+    assert back[0].profile == PROFILE and back[0].segments[0].logprobs == [0.0, -0.5, -1.25]
+    assert back[0].turns[1].feedback == "format!" and back[0].meta == {"seed": 42} and back[1].turns[1].user is None
+    assert back[2].turns[0].agent.problems == eps[2].turns[0].agent.problems != []
+    assert compute_metrics(back, SPACE, seed=5) == compute_metrics(eps, SPACE, seed=5)

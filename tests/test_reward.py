@@ -1,0 +1,156 @@
+"""sead/reward.py on hand-built dialogues (through the real tag format); expected values computed by hand."""
+
+import pytest
+
+from sead.dialogue.episode import Episode, Turn
+from sead.reward import Reward, RewardWeights, compute_reward, stage_progress
+from sead.scenario.profile_space import ProfileSpace
+from sead.scenario.profiles import Profile
+from sead.scenario.tags import TagSchema
+
+# Ranges: cooperation 4, emotion 3, trust 5; noise is not sampled.
+SPACE = ProfileSpace.from_config({
+    "cooperation": {"low": 0, "high": 4, "allowed": [1, 2, 3]},
+    "emotion": {"low": 0, "high": 3, "allowed": [1, 2]},
+    "trust": {"low": 0, "high": 5, "allowed": [1, 2, 3, 4]},
+    "noise": {"low": 0, "high": 5, "sampled": False}})
+SCHEMA = TagSchema(SPACE, num_stages=4)
+PROFILE = Profile.make({"cooperation": 1, "emotion": 2, "trust": 3}, [])
+COMPONENTS = {"completion", "format", "stage_progress", "portrait_accuracy", "agent_hangup", "turn_efficiency"}
+MAX_TURNS = 10
+
+
+def agent(c, e, t, stage, status=0, noise=0):
+    text = SCHEMA.format_agent("hello", {"cooperation": c, "emotion": e, "trust": t, "noise": noise}, stage, status)
+    return SCHEMA.parse_agent(text)
+
+
+def user(c, e, t, status=0):
+    return SCHEMA.parse_user(SCHEMA.format_user("ok", {"cooperation": c, "emotion": e, "trust": t, "noise": 1},
+                                                status, think="hmm"))
+
+
+def success_ep():
+    # 3 turns, stages 0,1,3 (stage 2 never declared), user succeeds; the agent does not say done.
+    #   format: t2's noise score 7 is out of range (0-5) -> 2 of 3 turns clean -> 2/3
+    #   stage_progress: 0 and 1 reached in order, 2 missing -> 2/4 = 0.5
+    #   portrait (noise excluded even though unreadable):
+    #     t1 pred (2,1,2) vs (2,1,3): 1/5 -> (1/5)/3 = 1/15
+    #     t2 pred (3,1,3) vs (3,2,3): 1/3 -> 1/9
+    #     t3 pred (3,2,3) vs (4,2,3): 1/4 -> 1/12
+    #     1 - (1/15 + 1/9 + 1/12)/3 = 1 - (12 + 20 + 15)/180/3 = 1 - 47/540 = 493/540
+    #   agent_hangup 0 (agent never said done); turn_efficiency 1 - 3/10 = 0.7; completion 1
+    return Episode(PROFILE, [Turn(agent(2, 1, 2, 0), user(2, 1, 3)),
+                             Turn(agent(3, 1, 3, 1, noise=7), user(3, 2, 3)),
+                             Turn(agent(3, 2, 3, 3), user(4, 2, 3, status=1))], "user_success")
+
+
+def hangup_ep():
+    # Agent says done on turn 2 without user success.
+    #   format 2/2 = 1; stages 0,1 -> 2/4 = 0.5; portrait t1 pred (2,2,3) vs (1,2,3): 1/4 -> 1 - (1/4)/3 = 11/12
+    #   agent_hangup -1; turn_efficiency 0 (not a success); completion 0
+    return Episode(PROFILE, [Turn(agent(2, 2, 3, 0), user(1, 2, 3)),
+                             Turn(agent(2, 2, 3, 1, status=1))], "agent_done")
+
+
+def reward(ep, max_turns=MAX_TURNS, **weights):
+    return compute_reward(ep, RewardWeights(**weights), SPACE, num_stages=4, max_turns=max_turns)
+
+
+def only(name, w=1.0):
+    """Weights with every term off except `name`."""
+    return {"completion": 0.0, name: w}
+
+
+def test_fixture_parsed_as_intended():
+    ep = success_ep()
+    assert [bool(t.agent.problems) for t in ep.turns] == [False, True, False]
+    assert ep.turns[1].agent.portrait["noise"] is None and ep.success and not ep.agent_declared_done
+
+
+def test_default_weights_give_exactly_completion():
+    w = RewardWeights()
+    assert (w.completion, w.format, w.stage_progress, w.portrait_accuracy, w.agent_hangup, w.turn_efficiency) == (
+        1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    r_ok, r_bad = reward(success_ep()), reward(hangup_ep())
+    assert isinstance(r_ok, Reward)
+    assert r_ok.total == 1.0 and r_bad.total == 0.0  # other components are non-zero but weigh nothing
+    assert r_bad.components["agent_hangup"] == -1.0 and r_ok.components["format"] < 1.0
+
+
+def test_components_always_all_present_by_hand():
+    comps = reward(success_ep()).components
+    assert set(comps) == COMPONENTS
+    assert comps == pytest.approx({"completion": 1.0, "format": 2 / 3, "stage_progress": 0.5,
+                                   "portrait_accuracy": 493 / 540, "agent_hangup": 0.0, "turn_efficiency": 0.7})
+    comps = reward(hangup_ep(), agent_hangup=1.0).components
+    assert comps == pytest.approx({"completion": 0.0, "format": 1.0, "stage_progress": 0.5,
+                                   "portrait_accuracy": 11 / 12, "agent_hangup": -1.0, "turn_efficiency": 0.0})
+
+
+def test_format_term():
+    assert reward(success_ep(), **only("format", 3.0)).total == pytest.approx(3.0 * 2 / 3)  # 2 of 3 clean
+    assert reward(hangup_ep(), **only("format")).total == 1.0
+    # a turn without <response> is a problem too: 1 clean of 2
+    no_resp = SCHEMA.parse_agent("<stage>0</stage><status>0</status>")
+    ep = Episode(PROFILE, [Turn(no_resp, feedback="use the tags"), Turn(agent(1, 1, 1, 0), user(1, 1, 1))],
+                 "turn_limit")
+    assert reward(ep, **only("format")).total == pytest.approx(0.5)
+
+
+def test_stage_progress_term():
+    assert reward(success_ep(), **only("stage_progress", 2.0)).total == pytest.approx(2.0 * 2 / 4)
+    # declaring stage 3 first does not count: 0 is reached, 1 is not -> 1/4
+    ep = Episode(PROFILE, [Turn(agent(1, 1, 1, 3), user(1, 1, 1)), Turn(agent(1, 1, 1, 0), user(1, 1, 1))],
+                 "turn_limit")
+    assert reward(ep, **only("stage_progress")).total == pytest.approx(0.25)
+    # all four stages -> 4/4; no stage declared (9 is out of range) -> 0
+    full = Episode(PROFILE, [Turn(agent(1, 1, 1, s), user(1, 1, 1)) for s in range(4)], "turn_limit")
+    assert stage_progress(full, 4) == 1.0
+    none = Episode(PROFILE, [Turn(agent(1, 1, 1, 9), user(1, 1, 1))], "turn_limit")
+    assert reward(none, **only("stage_progress")).total == 0.0
+
+
+def test_portrait_accuracy_term():
+    assert reward(success_ep(), **only("portrait_accuracy", 0.5)).total == pytest.approx(0.5 * 493 / 540)
+    assert reward(hangup_ep(), **only("portrait_accuracy")).total == pytest.approx(11 / 12)
+    # no user report at all -> accuracy undefined -> component 0
+    silent = Episode(PROFILE, [Turn(agent(1, 1, 1, 0, status=1))], "agent_done")
+    r = reward(silent, **only("portrait_accuracy"))
+    assert r.total == 0.0 and r.components["portrait_accuracy"] == 0.0
+
+
+def test_agent_hangup_term():
+    assert reward(hangup_ep(), **only("agent_hangup", 2.0)).total == pytest.approx(-2.0)
+    assert reward(success_ep(), **only("agent_hangup", 2.0)).total == 0.0  # agent never said done
+    # agent says done AND the user succeeded: no penalty
+    tp = Episode(PROFILE, [Turn(agent(1, 1, 1, 0, status=1), user(1, 1, 1, status=1))], "user_success")
+    assert reward(tp, **only("agent_hangup", 2.0)).total == 0.0
+    # user hangs up (agent did not end the call): no penalty either
+    uh = Episode(PROFILE, [Turn(agent(1, 1, 1, 0), user(1, 1, 1, status=-1))], "user_hangup")
+    assert reward(uh, **only("agent_hangup")).components["agent_hangup"] == 0.0
+
+
+def test_turn_efficiency_term():
+    assert reward(success_ep(), **only("turn_efficiency", 2.0)).total == pytest.approx(2.0 * (1 - 3 / 10))
+    assert reward(success_ep(), max_turns=3, **only("turn_efficiency")).total == 0.0  # 1 - 3/3
+    assert reward(success_ep(), max_turns=2, **only("turn_efficiency")).total == 0.0  # 1 - 3/2 clipped at 0
+    assert reward(hangup_ep(), **only("turn_efficiency")).total == 0.0  # failures get nothing
+
+
+def test_weighted_sum_of_all_terms():
+    w = dict(completion=1.0, format=0.5, stage_progress=0.25, portrait_accuracy=0.2, agent_hangup=1.0,
+             turn_efficiency=0.1)
+    # success: 1 + .5*(2/3) + .25*.5 + .2*(493/540) + 0 + .1*.7
+    expected = 1 + 0.5 * 2 / 3 + 0.125 + 0.2 * 493 / 540 + 0.07
+    assert reward(success_ep(), **w).total == pytest.approx(expected)
+    # hangup: 0 + .5*1 + .25*.5 + .2*(11/12) - 1 + 0
+    assert reward(hangup_ep(), **w).total == pytest.approx(0.5 + 0.125 + 0.2 * 11 / 12 - 1.0)
+
+
+def test_sim_error_gives_no_reward():
+    # last user status 1, but the dialogue ended by simulator error: no reward under any weights
+    ep = Episode(PROFILE, [Turn(agent(1, 1, 1, 0), user(1, 1, 1, status=1))], "sim_error")
+    assert reward(ep) is None
+    assert reward(ep, format=1.0, stage_progress=1.0, portrait_accuracy=1.0, agent_hangup=1.0,
+                  turn_efficiency=1.0) is None
