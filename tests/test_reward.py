@@ -2,32 +2,14 @@
 
 import pytest
 
+from dialogue_fixtures import SCHEMA, SPACE, agent, user
 from sead.dialogue.episode import Episode, Turn
 from sead.reward import Reward, RewardWeights, compute_reward, stage_progress
-from sead.scenario.profile_space import ProfileSpace
 from sead.scenario.profiles import Profile
-from sead.scenario.tags import TagSchema
 
-# Ranges: cooperation 4, emotion 3, trust 5; noise is not sampled.
-SPACE = ProfileSpace.from_config({
-    "cooperation": {"low": 0, "high": 4, "allowed": [1, 2, 3]},
-    "emotion": {"low": 0, "high": 3, "allowed": [1, 2]},
-    "trust": {"low": 0, "high": 5, "allowed": [1, 2, 3, 4]},
-    "noise": {"low": 0, "high": 5, "sampled": False}})
-SCHEMA = TagSchema(SPACE, num_stages=4)
 PROFILE = Profile.make({"cooperation": 1, "emotion": 2, "trust": 3}, [])
 COMPONENTS = {"completion", "format", "stage_progress", "portrait_accuracy", "agent_hangup", "turn_efficiency"}
 MAX_TURNS = 10
-
-
-def agent(c, e, t, stage, status=0, noise=0):
-    text = SCHEMA.format_agent("hello", {"cooperation": c, "emotion": e, "trust": t, "noise": noise}, stage, status)
-    return SCHEMA.parse_agent(text)
-
-
-def user(c, e, t, status=0):
-    return SCHEMA.parse_user(SCHEMA.format_user("ok", {"cooperation": c, "emotion": e, "trust": t, "noise": 1},
-                                                status, think="hmm"))
 
 
 def success_ep():
