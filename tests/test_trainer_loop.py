@@ -116,3 +116,23 @@ def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path)
     assert len(dialogues) == 8 and all(d["meta"]["agent"]["name"] == "reference" for d in dialogues)
     first = json.loads((run / "metrics.jsonl").read_text().splitlines()[1])
     assert first["step"] == 1 and first["kl"] == 0.0  # the reference is the warmed-up policy, not the base
+
+
+def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    lora = [*TINY, "trainer.iterations=1", "trainer.lora.enabled=true"]
+    ref = train(load_config([*lora, f"run_dir={tmp_path / 'ref'}"]))
+    cut = train(load_config([*lora, f"run_dir={tmp_path / 'cut'}"]))
+    shutil.rmtree(cut / "checkpoints" / "step_000002")  # as if killed after step 1's checkpoint
+    train(load_config([*lora, f"run_dir={cut}", "resume=true"]))
+    a, b = latest_checkpoint(ref), latest_checkpoint(cut)
+    assert a[1] == b[1] and a[1]["step"] == 2
+    for part in ("adapter/adapter_model.safetensors", "model/model.safetensors"):
+        x, y = load_file(a[0] / part), load_file(b[0] / part)
+        assert all(torch.equal(x[k], y[k]) for k in x)
+    merged = AutoModelForCausalLM.from_pretrained(a[0] / "model")  # a plain HF model, adapters merged in
+    assert not any("lora" in name for name, _ in merged.named_parameters())

@@ -99,3 +99,18 @@ def test_zero_advantages_leave_the_policy_unchanged_without_kl(tiny):
     stats = upd.step([make_sequence(tok, 0.0)])
     assert stats["grad_norm"] == 0.0
     assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
+
+
+def test_lora_trains_only_adapters_and_uses_the_base_as_reference(tiny):
+    from sead.trainer.lora import LoraSettings, wrap
+
+    model, tok = tiny
+    policy = wrap(copy.deepcopy(model), LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj"]))
+    base_before = {k: v.clone() for k, v in policy.named_parameters() if "lora_" not in k}
+    lora_before = {k: v.clone() for k, v in policy.named_parameters() if "lora_" in k}
+    upd = Updater(policy, None, UpdateConfig(lr=5e-2, kl_coef=0.1, temperature=1.0), total_steps=3)
+    stats = [upd.step([make_sequence(tok, 1.0), make_sequence(tok, -0.5)]) for _ in range(3)]
+    assert stats[0]["kl"] == 0.0 and stats[-1]["kl"] > 0  # the adapters moved away from the base
+    after = dict(policy.named_parameters())
+    assert all(torch.equal(after[k], v) for k, v in base_before.items())
+    assert any(not torch.equal(after[k], v) for k, v in lora_before.items())

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sead.trainer import lora
+
 log = logging.getLogger(__name__)
 COMPLETE = "COMPLETE"
 
@@ -26,8 +28,11 @@ def save_checkpoint(run_dir: Path, step: int, *, model, tokenizer, updater, stat
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "model", safe_serialization=True)
-    tokenizer.save_pretrained(tmp / "model")
+    if lora.is_lora(model):
+        lora.save(model, tokenizer, tmp)
+    else:
+        model.save_pretrained(tmp / "model", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "model")
     torch.save({"optimizer": updater.opt.state_dict(), "scheduler": updater.sched.state_dict()}, tmp / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
                tmp / "rng.pt")

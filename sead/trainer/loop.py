@@ -30,6 +30,7 @@ from sead.errors import SEADInputError
 from sead.metrics import compute_metrics
 from sead.models.loading import ModelConfig, load_model
 from sead.reward import compute_reward
+from sead.trainer import lora
 from sead.trainer.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from sead.trainer.metrics_log import MetricsLogger
 from sead.trainer.policy import HFPolicy, SamplingConfig
@@ -65,12 +66,15 @@ class Trainer:
         warmed = self.run_dir / "warmup" / "model"
         if resume and (warmed / "config.json").exists():  # the KL anchor of a warmed-up run is the warmed model
             ref_model = load_model(ModelConfig(**{**vars(self.model_cfg), "preset": "path", "path": str(warmed)}))[0]
-        if resume:
-            self.model = load_model(ModelConfig(**{**vars(self.model_cfg), "preset": "path",
-                                                   "path": str(resume[0] / "model")}))[0]
+        if self.tc.lora.enabled:
+            # Adapters on the base network; the base under switched-off adapters is the KL reference.
+            self.model = lora.wrap(ref_model, self.tc.lora, resume[0] / "adapter" if resume else None)
+            self.ref = None
         else:
-            self.model = copy.deepcopy(ref_model)
-        self.ref = ref_model.eval().requires_grad_(False) if self.tc.update.kl_coef else None
+            self.model = (load_model(ModelConfig(**{**vars(self.model_cfg), "preset": "path",
+                                                    "path": str(resume[0] / "model")}))[0]
+                          if resume else copy.deepcopy(ref_model))
+            self.ref = ref_model.eval().requires_grad_(False) if self.tc.update.kl_coef else None
         total = self.tc.iterations * self.tc.steps_per_iteration
         self.updater = Updater(self.model, self.ref, self.tc.update, total)
         self.policy = HFPolicy(self.model, self.tokenizer, self.tc.sampling, max_batch=self.tc.max_batch, label=label)

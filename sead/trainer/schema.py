@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sead.trainer.lora import LoraSettings
 from sead.trainer.policy import SamplingConfig
 from sead.trainer.update import UpdateConfig
 from sead.trainer.warmup import WarmupConfig
@@ -36,4 +37,5 @@ class TrainerConfig:
     update: UpdateConfig = field(default_factory=UpdateConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    lora: LoraSettings = field(default_factory=LoraSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

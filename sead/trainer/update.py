@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from sead.dialogue.episode import Episode
+from sead.trainer.lora import is_lora
 from sead.trainer.losses import clipped_policy_loss, entropy_from_logits, grpo_advantages, low_var_kl, token_mean
 
 
@@ -86,6 +87,10 @@ class Updater:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.total_steps = total_steps
 
+    @property
+    def _uses_kl(self) -> bool:
+        return bool(self.cfg.kl_coef) and (self.ref is not None or is_lora(self.model))
+
     def _batches(self, seqs: list[Sequence]) -> list[list[Sequence]]:
         order = sorted(seqs, key=lambda s: len(s.ids))  # similar lengths share a micro-batch: less padding
         return [order[i:i + self.cfg.micro_batch] for i in range(0, len(order), self.cfg.micro_batch)]
@@ -96,9 +101,15 @@ class Updater:
         for mb in self._batches(seqs):
             for s, lp in zip(mb, masked_logprobs(self.model, mb, self.cfg.temperature)[0]):
                 s.old_logp = lp.detach()
-            if self.ref is not None and self.cfg.kl_coef:
-                for s, lp in zip(mb, masked_logprobs(self.ref, mb, self.cfg.temperature)[0]):
+            if self._uses_kl:
+                for s, lp in zip(mb, self._ref_logprobs(mb)):
                     s.ref_logp = lp.detach()
+
+    def _ref_logprobs(self, mb: list[Sequence]) -> list[torch.Tensor]:
+        if self.ref is not None:
+            return masked_logprobs(self.ref, mb, self.cfg.temperature)[0]
+        with self.model.disable_adapter():  # LoRA: the reference is the base network under the adapters
+            return masked_logprobs(self.model, mb, self.cfg.temperature)[0]
 
     def step(self, seqs: list[Sequence]) -> dict:
         if not seqs:
@@ -118,7 +129,7 @@ class Updater:
                 adv = torch.cat([torch.full_like(lp, s.advantage) for s, lp in zip(mb, logps)])
                 pg, clipped = clipped_policy_loss(logp, old, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
                 loss = token_mean(pg, total) - cfg.entropy_coef * token_mean(ent, total)
-                if self.ref is not None and cfg.kl_coef:
+                if self._uses_kl:
                     kl = low_var_kl(logp, torch.cat([s.ref_logp for s in mb]))
                     loss = loss + cfg.kl_coef * token_mean(kl, total)
                     sums["kl"] += float(kl.detach().sum())
