@@ -136,3 +136,15 @@ def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_p
         assert all(torch.equal(x[k], y[k]) for k in x)
     merged = AutoModelForCausalLM.from_pretrained(a[0] / "model")  # a plain HF model, adapters merged in
     assert not any("lora" in name for name, _ in merged.named_parameters())
+
+
+def test_ppo_estimator_runs_the_loop_and_checkpoints_its_value_head(tmp_path):
+    run = train(load_config([*TINY, "trainer.iterations=1", "trainer.update.estimator=ppo",
+                             f"run_dir={tmp_path / 'run'}"]))
+    steps = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
+    assert len(steps) == 2 and all("value_loss" in s for s in steps)
+    saved = torch.load(latest_checkpoint(run)[0] / "optimizer.pt", weights_only=False)
+    assert saved["value_head"]["weight"].shape[0] == 1
+    train(load_config([*TINY, "trainer.iterations=2", "trainer.update.estimator=ppo", f"run_dir={run}",
+                       "resume=true"]))  # the value head comes back with the optimiser
+    assert latest_checkpoint(run)[1]["step"] == 4

@@ -68,7 +68,7 @@ def test_gradient_is_exactly_zero_at_positions_that_predict_user_tokens(tiny):
         captured["h"] = out
 
     handle = model.model.norm.register_forward_hook(keep)  # its output is the last hidden state
-    logp, _ = masked_logprobs(model, [seq], temperature=1.0)
+    logp = masked_logprobs(model, [seq], temperature=1.0).logps
     (-logp[0].sum()).backward()
     handle.remove()
     grad = captured["h"].grad[0].abs().sum(-1)  # per position
@@ -114,3 +114,29 @@ def test_lora_trains_only_adapters_and_uses_the_base_as_reference(tiny):
     after = dict(policy.named_parameters())
     assert all(torch.equal(after[k], v) for k, v in base_before.items())
     assert any(not torch.equal(after[k], v) for k, v in lora_before.items())
+
+
+def test_gae_by_hand():
+    from sead.trainer.losses import clipped_value_loss, gae
+
+    # values .5, .2, .4; reward 1 on the last token; gamma 1, lambda .5
+    # deltas: t2 = 1 - .4 = .6; t1 = 0 + .4 - .2 = .2; t0 = 0 + .2 - .5 = -.3
+    # advantages: A2 = .6; A1 = .2 + .5*.6 = .5; A0 = -.3 + .5*.5 = -.05; returns = A + V
+    adv, ret = gae(torch.tensor([0.5, 0.2, 0.4]), 1.0, gamma=1.0, lam=0.5)
+    assert adv.tolist() == pytest.approx([-0.05, 0.5, 0.6])
+    assert ret.tolist() == pytest.approx([0.45, 0.7, 1.0])
+    # value loss: v .9 from old .5 clipped to .7 at clip .2; returns 1 -> max(.01, .09)/2 = .045
+    vf = clipped_value_loss(torch.tensor([0.9]), torch.tensor([0.5]), torch.tensor([1.0]), clip=0.2)
+    assert vf.tolist() == pytest.approx([0.045])
+
+
+def test_ppo_update_trains_a_value_head_toward_the_returns(tiny):
+    model, tok = tiny
+    policy = copy.deepcopy(model)
+    upd = Updater(policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0, temperature=1.0, estimator="ppo", vf_coef=1.0,
+                                             value_clip=10.0), total_steps=5)
+    seq = make_sequence(tok, 0.0)
+    seq.reward = 1.0
+    losses = [upd.step([copy.deepcopy(seq)])["value_loss"] for _ in range(5)]
+    assert losses[-1] < losses[0]  # values move toward the return of 1
+    assert upd.value_head.weight.abs().sum() > 0

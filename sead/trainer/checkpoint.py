@@ -33,7 +33,9 @@ def save_checkpoint(run_dir: Path, step: int, *, model, tokenizer, updater, stat
     else:
         model.save_pretrained(tmp / "model", safe_serialization=True)
         tokenizer.save_pretrained(tmp / "model")
-    torch.save({"optimizer": updater.opt.state_dict(), "scheduler": updater.sched.state_dict()}, tmp / "optimizer.pt")
+    head = updater.value_head.state_dict() if updater.value_head is not None else None
+    torch.save({"optimizer": updater.opt.state_dict(), "scheduler": updater.sched.state_dict(), "value_head": head},
+               tmp / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
                tmp / "rng.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
@@ -74,6 +76,10 @@ def load_training_state(path: Path, updater) -> None:
     opt = torch.load(path / "optimizer.pt", weights_only=False)
     updater.opt.load_state_dict(opt["optimizer"])
     updater.sched.load_state_dict(opt["scheduler"])
+    if updater.value_head is not None:
+        if opt.get("value_head") is None:
+            raise ValueError(f"{path} has no value head: it was written by a run with another estimator")
+        updater.value_head.load_state_dict(opt["value_head"])
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])

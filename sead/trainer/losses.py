@@ -47,3 +47,26 @@ def token_mean(values: torch.Tensor, total_tokens: int) -> torch.Tensor:
     """Sum over this micro-batch's agent tokens divided by the token count of the whole mini-batch, so
     gradient accumulation over micro-batches equals one token-mean over the mini-batch."""
     return values.sum() / max(1, total_tokens)
+
+
+def gae(values: torch.Tensor, reward: float, *, gamma: float = 1.0, lam: float = 0.95,
+        bootstrap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over one episode's agent tokens (in order) with the outcome reward
+    on the last token. Returns (advantages, returns = advantages + values)."""
+    T = values.numel()
+    adv = torch.zeros(T, dtype=torch.float32)
+    nxt_value, running = bootstrap, 0.0
+    for t in range(T - 1, -1, -1):
+        r = reward if t == T - 1 else 0.0
+        delta = r + gamma * nxt_value - float(values[t])
+        running = delta + gamma * lam * running
+        adv[t] = running
+        nxt_value = float(values[t])
+    return adv, adv + values.float()
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       clip: float = 0.2) -> torch.Tensor:
+    """Per-token PPO value loss with the prediction kept within `clip` of the rollout-time value."""
+    clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    return 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from sead.dialogue.episode import Episode
 from sead.trainer.lora import is_lora
-from sead.trainer.losses import clipped_policy_loss, entropy_from_logits, grpo_advantages, low_var_kl, token_mean
+from sead.trainer.losses import (clipped_policy_loss, clipped_value_loss, entropy_from_logits, gae, grpo_advantages,
+                                 low_var_kl, token_mean)
 
 
 @dataclass
@@ -27,15 +29,30 @@ class UpdateConfig:
     micro_batch: int = 2            # sequences per forward/backward
     ppo_epochs: int = 1
     temperature: float = 1.2        # the sampling temperature: logits are scaled the same way here
+    estimator: str = "grpo"         # grpo (group-relative, no critic) | ppo (value head + GAE)
+    gamma: float = 1.0              # ppo: discount over agent tokens
+    lam: float = 0.95               # ppo: GAE lambda
+    vf_coef: float = 0.1            # ppo: weight of the value loss
+    value_clip: float = 0.2         # ppo: how far a value prediction may move from its rollout-time value
 
 
 @dataclass
 class Sequence:
     ids: torch.Tensor     # (T,)
     mask: torch.Tensor    # (T,) 1 = agent-sampled token
-    advantage: float
+    advantage: float | torch.Tensor  # GRPO: one number per episode; PPO: one per agent token (from GAE)
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
+    episode: int = 0      # PPO: segments of one episode are chained for GAE
+    reward: float = 0.0   # the episode's reward (PPO places it on the episode's last agent token)
+    old_values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+
+
+class Scored(NamedTuple):
+    logps: list[torch.Tensor]
+    entropies: list[torch.Tensor] | None
+    hidden: list[torch.Tensor]   # last hidden state at each position that predicts an agent token
 
 
 def build_sequences(episodes: list[Episode], rewards: list[float], groups: list[int],
@@ -44,14 +61,14 @@ def build_sequences(episodes: list[Episode], rewards: list[float], groups: list[
                           normalise_std=cfg.normalise_std)
     stats = {"groups": len(set(groups)), "groups_dropped": 0}
     keep = [True] * len(episodes)
-    if cfg.dynamic_sampling:
+    if cfg.dynamic_sampling and cfg.estimator == "grpo":
         for g in set(groups):
             members = [i for i, gg in enumerate(groups) if gg == g]
             if len({rewards[i] for i in members}) == 1:
                 stats["groups_dropped"] += 1
                 for i in members:
                     keep[i] = False
-    seqs = [Sequence(torch.tensor(seg.ids), torch.tensor(seg.mask), float(adv[i]))
+    seqs = [Sequence(torch.tensor(seg.ids), torch.tensor(seg.mask), float(adv[i]), episode=i, reward=rewards[i])
             for i, ep in enumerate(episodes) if keep[i] for seg in ep.segments if sum(seg.mask)]
     return seqs, stats
 
@@ -75,13 +92,23 @@ def masked_logprobs(model, seqs: list[Sequence], temperature: float, with_entrop
     logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:][pick][:, None]).squeeze(-1)
     counts = pick.sum(-1).tolist()
     ent = entropy_from_logits(logits) if with_entropy else None
-    return list(torch.split(logp, counts)), (list(torch.split(ent, counts)) if ent is not None else None)
+    return Scored(list(torch.split(logp, counts)), list(torch.split(ent, counts)) if ent is not None else None,
+                  list(torch.split(hidden[:, :-1][pick], counts)))
 
 
 class Updater:
     def __init__(self, model, ref_model, cfg: UpdateConfig, total_steps: int):
+        if cfg.estimator not in ("grpo", "ppo"):
+            raise ValueError(f"trainer.update.estimator must be grpo or ppo, got {cfg.estimator!r}")
         self.model, self.ref, self.cfg = model, ref_model, cfg
         params = [p for p in model.parameters() if p.requires_grad]
+        self.value_head = None
+        if cfg.estimator == "ppo":  # a linear critic on the policy's last hidden state (shared trunk)
+            device = next(model.parameters()).device
+            self.value_head = torch.nn.Linear(model.config.hidden_size, 1).to(device)
+            torch.nn.init.zeros_(self.value_head.weight)
+            torch.nn.init.zeros_(self.value_head.bias)
+            params += list(self.value_head.parameters())
         self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = max(1, cfg.warmup_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
@@ -99,11 +126,37 @@ class Updater:
     def _prepare(self, seqs: list[Sequence]) -> None:
         self.model.eval()
         for mb in self._batches(seqs):
-            for s, lp in zip(mb, masked_logprobs(self.model, mb, self.cfg.temperature)[0]):
+            scored = masked_logprobs(self.model, mb, self.cfg.temperature)
+            for s, lp, h in zip(mb, scored.logps, scored.hidden):
                 s.old_logp = lp.detach()
+                if self.value_head is not None:
+                    s.old_values = self._values(h).detach()
             if self._uses_kl:
                 for s, lp in zip(mb, self._ref_logprobs(mb)):
                     s.ref_logp = lp.detach()
+
+        if self.value_head is not None:
+            self._gae(seqs)
+
+    def _values(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.value_head(hidden.float()).squeeze(-1)
+
+    def _gae(self, seqs: list[Sequence]) -> None:
+        """Per-token advantages and returns, chaining the segments of each episode in order, then whitened
+        over the batch."""
+        episodes: dict[int, list[Sequence]] = {}
+        for s in seqs:
+            episodes.setdefault(s.episode, []).append(s)
+        for parts in episodes.values():
+            values = torch.cat([s.old_values.cpu() for s in parts])
+            adv, ret = gae(values, parts[-1].reward, gamma=self.cfg.gamma, lam=self.cfg.lam)
+            for s, a, r in zip(parts, torch.split(adv, [len(s.old_values) for s in parts]),
+                               torch.split(ret, [len(s.old_values) for s in parts])):
+                s.advantage, s.returns = a, r
+        flat = torch.cat([s.advantage for s in seqs])
+        mean, std = flat.mean(), flat.std() if flat.numel() > 1 else torch.tensor(1.0)
+        for s in seqs:
+            s.advantage = (s.advantage - mean) / (std + 1e-6)
 
     def _ref_logprobs(self, mb: list[Sequence]) -> list[torch.Tensor]:
         if self.ref is not None:
@@ -119,25 +172,36 @@ class Updater:
         self.model.train()
         total = int(sum(int(s.mask.sum()) for s in seqs))
         sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0}
+        if self.value_head is not None:
+            sums["value_loss"] = 0.0
         grad_norm = 0.0
         for _ in range(cfg.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
             for mb in self._batches(seqs):
-                logps, ents = masked_logprobs(self.model, mb, cfg.temperature, with_entropy=True)
+                logps, ents, hidden = masked_logprobs(self.model, mb, cfg.temperature, with_entropy=True)
                 logp, ent = torch.cat(logps), torch.cat(ents)
                 old = torch.cat([s.old_logp for s in mb])
-                adv = torch.cat([torch.full_like(lp, s.advantage) for s, lp in zip(mb, logps)])
+                adv = torch.cat([torch.as_tensor(s.advantage, dtype=lp.dtype, device=lp.device).expand_as(lp)
+                                 for s, lp in zip(mb, logps)])
                 pg, clipped = clipped_policy_loss(logp, old, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
                 loss = token_mean(pg, total) - cfg.entropy_coef * token_mean(ent, total)
                 if self._uses_kl:
                     kl = low_var_kl(logp, torch.cat([s.ref_logp for s in mb]))
                     loss = loss + cfg.kl_coef * token_mean(kl, total)
                     sums["kl"] += float(kl.detach().sum())
+                if self.value_head is not None:
+                    device = logp.device
+                    vf = clipped_value_loss(self._values(torch.cat(hidden)),
+                                            torch.cat([s.old_values for s in mb]).to(device),
+                                            torch.cat([s.returns for s in mb]).to(device), cfg.value_clip)
+                    loss = loss + cfg.vf_coef * token_mean(vf, total)
+                    sums["value_loss"] += float(vf.detach().sum())
                 loss.backward()
                 sums["pg_loss"] += float(pg.detach().sum())
                 sums["entropy"] += float(ent.detach().sum())
                 sums["clip_frac"] += float(clipped.sum())
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+            params = [p for g in self.opt.param_groups for p in g["params"]]
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
             self.opt.step()
         self.sched.step()
         n = total * cfg.ppo_epochs

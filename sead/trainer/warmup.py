@@ -56,7 +56,7 @@ async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
         order.shuffle(seqs)
         for i in range(0, len(seqs), cfg.micro_batch):
             batch = seqs[i:i + cfg.micro_batch]
-            logps, _ = masked_logprobs(model, batch, temperature=1.0)
+            logps = masked_logprobs(model, batch, temperature=1.0).logps
             loss = -torch.cat(logps).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
