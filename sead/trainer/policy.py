@@ -1,13 +1,18 @@
 """The agent as a local transformers model: batched sampling with a KV cache, for the episode runner.
 
-Concurrent episodes call `generate`; requests that arrive together are sampled as one left-padded batch.
-Each row samples with its own generator seeded from the request, so a dialogue's tokens do not depend on
-which other dialogues happened to share its batch (that is what makes a resumed run replay exactly).
+Concurrent episodes call `generate`; requests that arrive together are sampled as one batch. Each row samples
+with its own generator seeded from the request, so a dialogue's tokens do not depend on which other dialogues
+happened to share its batch (that is what makes a resumed run replay exactly).
+
+Every dialogue starts with the same SOP prompt, so the key/value cache of the prompt tokens all rows share is
+computed once and reused (until the weights change): each row then only runs its own suffix. Rows are laid out
+as [shared prefix | padding | own suffix], with position ids that continue the prefix.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -25,9 +30,12 @@ class SamplingConfig:
 class HFPolicy(AgentPolicy):
     name = "hf"
 
-    def __init__(self, model, tokenizer, sampling: SamplingConfig, *, max_batch: int = 16, label: str = ""):
+    def __init__(self, model, tokenizer, sampling: SamplingConfig, *, max_batch: int = 16, label: str = "",
+                 share_prefix: bool = True, min_prefix: int = 16):
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.max_batch, self.label = max_batch, label
+        self.share_prefix, self.min_prefix = share_prefix, min_prefix
+        self._prefix: tuple[tuple, object] | None = None  # ((prefix ids, weights version), cache)
         self._pending: list[tuple[AgentRequest, asyncio.Future]] = []
         self._worker: asyncio.Task | None = None
         self.generated_tokens = 0
@@ -63,20 +71,26 @@ class HFPolicy(AgentPolicy):
         model.eval()
         device = next(model.parameters()).device
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
-        width = max(len(r.prompt_ids) for r in requests)
+        prompts = [r.prompt_ids for r in requests]
+        shared = self._shared_length(prompts) if self.share_prefix else 0
+        past = self._prefix_cache(prompts[0][:shared], len(requests)) if shared else None
+        width = max(len(p) for p in prompts) - shared
         ids = torch.full((len(requests), width), pad, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        for i, r in enumerate(requests):
-            ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
-            attn[i, width - len(r.prompt_ids):] = 1
-        ids, attn = ids.to(device), attn.to(device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        attn = torch.zeros((len(requests), shared + width), dtype=torch.long)
+        attn[:, :shared] = 1
+        pos = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            own = p[shared:]
+            ids[i, width - len(own):] = torch.tensor(own)
+            attn[i, shared + width - len(own):] = 1
+            pos[i, width - len(own):] = torch.arange(shared, len(p))
+        ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
         gens = [torch.Generator().manual_seed(int(r.seed) & 0x7FFFFFFF) for r in requests]
         limits = [r.max_new_tokens for r in requests]
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lp: list[list[float]] = [[] for _ in requests]
         done = [False] * len(requests)
-        step = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        step = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True)
         cache, last_pos = step.past_key_values, pos[:, -1]
         for t in range(max(limits)):
             logits = step.logits[:, -1].float().cpu()
@@ -99,6 +113,27 @@ class HFPolicy(AgentPolicy):
         model.train(was_training)
         self.generated_tokens += sum(len(o) for o in out_ids)
         return [AgentOutput(i, lp) for i, lp in zip(out_ids, out_lp)]
+
+    def _shared_length(self, prompts: list[list[int]]) -> int:
+        """Length of the common prefix, leaving every row at least one token of its own (0 if too short)."""
+        first, n = prompts[0], min(len(p) for p in prompts) - 1
+        k = 0
+        while k < n and all(p[k] == first[k] for p in prompts):
+            k += 1
+        return k if k >= self.min_prefix else 0
+
+    def _prefix_cache(self, prefix: list[int], rows: int):
+        """A per-batch copy of the prefix's KV cache, recomputed only when the prefix or the weights changed
+        (every in-place weight update bumps the parameters' version counters)."""
+        version = sum(p._version for p in self.model.parameters())
+        key = (tuple(prefix), version)
+        if self._prefix is None or self._prefix[0] != key:
+            device = next(self.model.parameters()).device
+            out = self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
+            self._prefix = (key, out.past_key_values)
+        cache = copy.deepcopy(self._prefix[1])
+        cache.batch_repeat_interleave(rows)
+        return cache
 
     def _pick(self, logits: torch.Tensor, gen: torch.Generator) -> tuple[int, float]:
         s = self.sampling

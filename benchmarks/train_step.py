@@ -1,0 +1,95 @@
+"""Speed of the embedded trainer's two hot paths on SmolLM2-135M, each against its naive version on the same batch:
+
+1. generation: sampling with the shared SOP-prompt KV cache vs plain left-padded batched sampling (tokens/s);
+2. training forward: log-probs of the agent tokens with the LM head applied only where agent tokens are
+   predicted vs the full-vocabulary logits of every position (tokens/s of forward + backward).
+
+    .venv/bin/python benchmarks/train_step.py [--rows 4] [--new-tokens 32] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from sead.config import build_scenario, load_config
+from sead.dialogue import AgentRequest
+from sead.models.loading import ModelConfig, load_model
+from sead.trainer.policy import HFPolicy, SamplingConfig
+from sead.trainer.update import Sequence, masked_logprobs
+
+
+def timed(fn, repeats):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=4)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    model, tok, _ = load_model(ModelConfig(preset="smollm2"))
+    sop = build_scenario(load_config([])).agent_system_prompt()
+    system = tok.apply_chat_template([{"role": "system", "content": sop}], tokenize=False, add_generation_prompt=True)
+    base = tok(system, add_special_tokens=False)["input_ids"]
+    # Each row: the SOP prompt plus a short, different conversation so far.
+    prompts = [base + tok(f"Hello, this is Alex, turn {i}. " * (1 + i % 3), add_special_tokens=False)["input_ids"]
+               for i in range(args.rows)]
+    requests = [AgentRequest(p, [], args.new_tokens, seed=i) for i, p in enumerate(prompts)]
+    sampling = SamplingConfig(temperature=0.0)
+    plain, shared = HFPolicy(model, tok, sampling, share_prefix=False), HFPolicy(model, tok, sampling)
+    shared.sample(requests[:1])  # the prefix cache is built once per weights version; a step reuses it
+    n_new = args.rows * args.new_tokens
+    t_plain = timed(lambda: plain.sample(requests), args.repeats)
+    t_shared = timed(lambda: shared.sample(requests), args.repeats)
+
+    seqs = []
+    for p in prompts:
+        reply = tok("<response>Sure, let me help you claim the credit.</response><stage>1</stage>",
+                    add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ids = torch.tensor(p + reply)
+        mask = torch.zeros_like(ids)
+        mask[len(p):] = 1
+        seqs.append(Sequence(ids, mask, 1.0))
+    agent_tokens = sum(int(s.mask.sum()) for s in seqs)
+
+    def picked():
+        model.zero_grad()
+        torch.cat(masked_logprobs(model, seqs, 1.0).logps).sum().backward()
+
+    def full():
+        model.zero_grad()
+        width = max(len(s.ids) for s in seqs)
+        ids = torch.zeros((len(seqs), width), dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s.ids)], attn[i, : len(s.ids)] = s.ids, 1
+        logp = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), -1)
+        tgt = torch.stack([torch.nn.functional.pad(s.mask, (0, width - len(s.mask))) for s in seqs])[:, 1:].bool()
+        logp.gather(-1, ids[:, 1:, None]).squeeze(-1)[tgt].sum().backward()
+
+    t_full, t_picked = timed(full, args.repeats), timed(picked, args.repeats)
+    result = {
+        "rows": args.rows, "prompt_tokens": len(base), "new_tokens_per_row": args.new_tokens,
+        "generation_tok_s": {"plain": n_new / t_plain, "shared_prefix": n_new / t_shared},
+        "generation_speedup": t_plain / t_shared,
+        "train_forward_backward_s": {"full_logits": t_full, "agent_positions_only": t_picked},
+        "train_speedup": t_full / t_picked, "agent_tokens": agent_tokens,
+    }
+    print(json.dumps(result, indent=2))
+    print(f"generation: shared prefix {t_plain / t_shared:.2f}x plain; "
+          f"training forward+backward: agent-positions-only LM head {t_full / t_picked:.2f}x full logits")
+
+
+if __name__ == "__main__":
+    main()
