@@ -40,8 +40,15 @@ def simulator(restaurant, urls, timeout=2.0):
 def run(restaurant, tok, sim, n, log=None, **cfg):
     rc = RunnerConfig(**{"user_retries": 2, "backoff_base": 0.01, "backoff_max": 0.05, "user_timeout": 3.0,
                          "concurrency": 8, **cfg})
-    return asyncio.run(run_batch(jobs(n), scenario=restaurant, agent=SteadyAgent(tok, restaurant), user=sim,
-                                 tokenizer=tok, cfg=rc, log=log))
+
+    async def go():
+        try:
+            return await run_batch(jobs(n), scenario=restaurant, agent=SteadyAgent(tok, restaurant), user=sim,
+                                   tokenizer=tok, cfg=rc, log=log)
+        finally:
+            await sim.aclose()
+
+    return asyncio.run(go())
 
 
 @pytest.mark.parametrize("fault", ["http500", "http429", "drop", "empty", "garbage", "delay"])
@@ -75,8 +82,12 @@ def test_server_dying_mid_batch_loses_no_finished_rollout_and_never_hangs(tmp_pa
                 loop.call_later(0.25, server.kill)  # dies while dialogues are in flight
                 rc = RunnerConfig(user_retries=2, backoff_base=0.01, backoff_max=0.05, user_timeout=2.0,
                                   concurrency=4)
-                return await run_batch(jobs(12), scenario=restaurant, agent=SteadyAgent(smollm_tokenizer, restaurant),
-                                       user=sim, tokenizer=smollm_tokenizer, cfg=rc, log=log)
+                try:
+                    return await run_batch(jobs(12), scenario=restaurant,
+                                           agent=SteadyAgent(smollm_tokenizer, restaurant), user=sim,
+                                           tokenizer=smollm_tokenizer, cfg=rc, log=log)
+                finally:
+                    await sim.aclose()
 
         t0 = time.perf_counter()
         episodes = asyncio.run(main())
@@ -102,5 +113,12 @@ def test_health_check_names_the_url(restaurant):
     from sead.usersim import SimulatorError
 
     sim = simulator(restaurant, ["http://127.0.0.1:9/v1"])
+
+    async def go():
+        try:
+            await sim.check_health()
+        finally:
+            await sim.aclose()
+
     with pytest.raises(SimulatorError, match=r"127\.0\.0\.1:9"):
-        asyncio.run(sim.check_health())
+        asyncio.run(go())

@@ -73,7 +73,10 @@ class OpenAIUserSimulator(UserSimulator):
         self.max_tokens, self.timeout = max_tokens, timeout
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         # Retries belong to the episode runner, which knows whether the episode is still worth retrying.
-        self._clients = [openai.AsyncOpenAI(base_url=u, api_key=self._api_key, max_retries=0, timeout=timeout)
+        # The aiohttp transport: httpx's connection pool costs about twice the CPU per request with hundreds
+        # of dialogues in flight (benchmarks/rollout_concurrency.py).
+        self._clients = [openai.AsyncOpenAI(base_url=u, api_key=self._api_key, max_retries=0, timeout=timeout,
+                                            http_client=openai.DefaultAioHttpClient(timeout=timeout))
                          for u in self.base_urls]
         self._calls = 0
 
@@ -111,6 +114,9 @@ class OpenAIUserSimulator(UserSimulator):
         return body
 
     def _cause(self, e: BaseException) -> str:
+        dropped = _dropped_connection(e)
+        if dropped is not None:  # the aiohttp transport reports a dropped connection as a timeout
+            return f"connection failed: {dropped}"
         if isinstance(e, (TimeoutError, openai.APITimeoutError)):
             return f"no answer within {self.timeout:g} s"
         if isinstance(e, openai.APIStatusError):
@@ -151,3 +157,17 @@ class OpenAIUserSimulator(UserSimulator):
 
     async def aclose(self) -> None:
         await asyncio.gather(*(c.close() for c in self._clients))
+
+
+def _dropped_connection(e: BaseException) -> str | None:
+    """The message of a closed or refused connection somewhere in the exception's cause chain, else None."""
+    import aiohttp
+
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (aiohttp.ClientConnectionError, ConnectionError, httpx.ConnectError,
+                          httpx.RemoteProtocolError)) and not isinstance(e, aiohttp.ServerTimeoutError):
+            return str(e) or type(e).__name__
+        e = e.__cause__ or e.__context__
+    return None
