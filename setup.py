@@ -16,6 +16,13 @@ setup(
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["sead", "sead.*"]),
     install_requires=requirements("requirements.txt"),
-    extras_require={"test": ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3"]},
-    entry_points={"console_scripts": ["sead=sead.cli.main:main"]},
+    package_data={"sead.eval": ["templates/*.j2"]},
+    # playwright drives Debian's chromium (scripts/test.sh installs it) in the report test; no browser download.
+    extras_require={"test": ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3", "playwright>=1.45"],
+                    # The multi-GPU backend (sead/verl_backend). verl-core adds what its trainer imports;
+                    # never the cpu/vllm/fsdp extras here: they pin another torch build.
+                    "verl": ["verl[verl-core]==0.9.1"]},
+    # verl loads the adapter's registrations (agent loop, trainer mode) in every process that imports verl.
+    entry_points={"console_scripts": ["sead=sead.cli.main:main"],
+                  "verl.plugins": ["sead=sead.verl_backend.plugin"]},
 )

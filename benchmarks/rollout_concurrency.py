@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ def simulator_server(latency: float, finish_after: int):
                              "--finish-after", str(finish_after)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     try:
-        yield proc.stdout.readline().strip()
+        yield proc.stdout.readline().strip(), proc.pid
     finally:
         proc.stdin.close()
         proc.wait(timeout=10)
@@ -51,6 +52,12 @@ class FixedLatencyAgent(TextAgent):
             {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0}, min(n, 3), 0)
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of another process (Linux /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dialogues", type=int, default=256)
@@ -65,7 +72,7 @@ def main() -> None:
             for i in range(args.dialogues)]
     cfg = RunnerConfig(max_turns=args.turns, concurrency=args.dialogues, user_timeout=30.0)
     # The user finishes one turn before the limit, so every dialogue has turns-1 user calls.
-    with simulator_server(args.latency, args.turns - 1) as url, Progress() as progress:
+    with simulator_server(args.latency, args.turns - 1) as (url, server_pid), Progress() as progress:
         user = build_usersim(load_config(["usersim=openai", f"usersim.base_urls=[{url}]",
                                           "usersim.model=fake-user-sim"]), scenario)
         bar = progress.add_task("dialogues", total=len(jobs))
@@ -77,9 +84,10 @@ def main() -> None:
             finally:
                 await user.aclose()
 
-        t0 = time.perf_counter()
+        server_cpu0, t0, cpu0 = process_cpu_s(server_pid), time.perf_counter(), time.process_time()
         episodes = asyncio.run(go())
-        wall = time.perf_counter() - t0
+        wall, client_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        server_cpu = process_cpu_s(server_pid) - server_cpu0
     turns = [len(e.turns) for e in episodes]
     user_calls = [sum(t.user is not None for t in e.turns) for e in episodes]
     ideal = max(t * args.latency + u * args.latency for t, u in zip(turns, user_calls))
@@ -90,9 +98,15 @@ def main() -> None:
               "ideal_s": round(ideal, 3), "wall_over_ideal": round(wall / ideal, 3),
               "runner_ms_per_turn": round(1000 * runner_s / sum(turns), 3),
               "runner_overhead_pct_of_turn": round(100 * overhead, 2),
-              "end_reasons": sorted({e.end_reason for e in episodes})}
+              "end_reasons": sorted({e.end_reason for e in episodes}),
+              # Where the CPU went: this process (runner, fake agent, HTTP client) and the fake server, which
+              # shares the machine's cores (a real simulator runs on its own GPUs).
+              "client_cpu_ms_per_turn": round(1000 * client_cpu / sum(turns), 3),
+              "server_cpu_ms_per_user_call": round(1000 * server_cpu / max(1, sum(user_calls)), 3)}
     print(json.dumps(result, indent=2))
-    print(f"wall/ideal = {wall / ideal:.3f} (target <= 1.2); runner overhead = {100 * overhead:.2f}% of turn time "
+    print(f"wall/ideal = {wall / ideal:.3f} (target <= 1.2); a perfectly concurrent run on one core needs at most "
+          f"{1000 * ideal / sum(turns):.2f} ms of CPU per turn, this process spent {1000 * client_cpu / sum(turns):.2f}")
+    print(f"runner overhead = {100 * overhead:.2f}% of turn time "
           f"(target < 5%)")
 
 

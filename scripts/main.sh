@@ -5,11 +5,12 @@
 # On a machine without a GPU the CPU preset (SmolLM2-135M, scripted user, ~10 minutes) is the default.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The verl backend runs on GPU nodes, with its own environment and user-simulator servers.
+if printf '%s\n' "$@" | grep -q -E '^(backend=verl|preset=gpu[0-9]+)$'; then
+  exec bash "$ROOT/scripts/train_verl.sh" "$@"
+fi
 source "$ROOT/scripts/setup_env.sh" ""
 cd "$ROOT"
 ARGS=("$@")
-if ! printf '%s\n' "${ARGS[@]:-}" | grep -q '^preset=' && \
-   ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  ARGS=("preset=cpu" "${ARGS[@]}")
-fi
+source "$ROOT/scripts/default_preset.sh"
 exec sead train "${ARGS[@]}"

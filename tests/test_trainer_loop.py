@@ -79,6 +79,10 @@ def profile_order(run: Path) -> list:
             for p in sorted((run / "rollouts").glob("step_*.jsonl"))]
 
 
+def reward_steps(run: Path) -> list[int]:
+    return [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
+
+
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     ref, cut = tmp_path / "ref", tmp_path / "cut"
     subprocess.run(sead_cmd(f"run_dir={ref}"), check=True, capture_output=True, timeout=600)
@@ -95,6 +99,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     subprocess.run(sead_cmd(f"run_dir={cut}", "resume=true"), check=True, capture_output=True, timeout=600)
     ref_state = latest_checkpoint(ref)[1]
     cut_state = latest_checkpoint(cut)[1]
+    assert ref_state.pop("train_seconds") > 0 and cut_state.pop("train_seconds") > 0  # wall clock: differs
     assert cut_state == ref_state  # same step, controller weights, statistics and RNG
     assert profile_order(cut) == profile_order(ref)
     from safetensors.torch import load_file
@@ -102,8 +107,26 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     a = load_file(latest_checkpoint(ref)[0] / "model" / "model.safetensors")
     b = load_file(latest_checkpoint(cut)[0] / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    steps = [json.loads(l)["step"] for l in metrics.read_text().splitlines() if '"reward"' in l]
-    assert steps == [1, 2, 3, 4, 5, 6]  # replayed steps replace their lines instead of duplicating them
+    assert reward_steps(cut) == [1, 2, 3, 4, 5, 6]  # replayed steps replace their lines instead of duplicating them
+
+
+def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates(tmp_path):
+    budget = ["trainer.iterations=3", "trainer.save_every=5", "trainer.max_minutes=0.0001"]  # 6 ms: one step spends it
+    run = train(load_config([*TINY, *budget, f"run_dir={tmp_path / 'run'}"]))
+    assert reward_steps(run) == [1]
+    state = latest_checkpoint(run)[1]
+    assert state["step"] == 1 and state["train_seconds"] > 0.006  # saved although save_every is 5
+    # step 1 lies inside iteration 1 (steps 1-2): its validation still ran, on the policy after step 1
+    points = {p.name: json.loads(p.read_text())["at"] for p in (run / "validation").glob("iter_*.json")}
+    assert sorted(points) == ["iter_000.json", "iter_001.json"] and points["iter_001.json"]["step"] == 1
+    train(load_config([*TINY, *budget, f"run_dir={run}", "resume=true"]))
+    assert reward_steps(run) == [1]  # the spent budget travels in the checkpoint
+
+    warmed = train(load_config([*TINY, *budget, f"run_dir={tmp_path / 'warm'}", "trainer.warmup.dialogues=2",
+                                "trainer.validation.at_start=false"]))
+    assert reward_steps(warmed) == []  # the warm-up alone spent the budget: it counts as training time
+    # no start-of-run validation was asked for, but the policy the run ends with is always measured
+    assert [p.name for p in (warmed / "validation").glob("iter_*.json")] == ["iter_000.json"]
 
 
 def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path):
@@ -130,6 +153,7 @@ def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_p
     shutil.rmtree(cut / "checkpoints" / "step_000002")  # as if killed after step 1's checkpoint
     train(load_config([*lora, f"run_dir={cut}", "resume=true"]))
     a, b = latest_checkpoint(ref), latest_checkpoint(cut)
+    a[1].pop("train_seconds"), b[1].pop("train_seconds")  # wall clock: differs between runs
     assert a[1] == b[1] and a[1]["step"] == 2
     for part in ("adapter/adapter_model.safetensors", "model/model.safetensors"):
         x, y = load_file(a[0] / part), load_file(b[0] / part)

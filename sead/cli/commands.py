@@ -122,14 +122,18 @@ def _options(args: list[str], defaults: dict) -> dict:
 
 @command("train", help="run the four-phase training loop (what scripts/main.sh runs)")
 def train_cmd(cfg: DictConfig, args: list[str]) -> int:
-    if cfg.backend == "verl":
-        raise SEADInputError("the multi-GPU verl backend is not available in this release yet; use backend=embedded",
-                             field="backend")
-    if cfg.backend != "embedded":
+    if cfg.backend not in ("embedded", "verl"):
         raise SEADInputError(f"unknown backend {cfg.backend!r}; choose embedded or verl", field="backend")
-    from sead.trainer.loop import train
+    if cfg.backend == "verl":
+        from sead.verl_backend.outer_loop import train_with_verl
+        from sead.verl_backend.preflight import preflight
 
-    run_dir = train(cfg)
+        preflight(cfg)  # GPUs, config, verl install, user-simulator servers: fail before anything starts
+        run_dir = train_with_verl(cfg)
+    else:
+        from sead.trainer.loop import train
+
+        run_dir = train(cfg)
     console.print(f"\n[bold green]done.[/] run directory: {run_dir}\n"
                   f"  metrics:            {run_dir / 'metrics.jsonl'} (TensorBoard: {run_dir / 'tensorboard'})\n"
                   f"  controller reports: {run_dir / 'controller'}\n"

@@ -40,7 +40,7 @@ def find_command(argv: list[str]) -> tuple[tuple[str, ...] | None, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sead.cli import commands  # noqa: F401  (registers the subcommands)
+    from sead.cli import commands, eval_commands  # noqa: F401  (registers the subcommands)
     from sead.config import load_config
 
     argv = list(sys.argv[1:] if argv is None else argv)

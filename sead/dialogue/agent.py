@@ -7,6 +7,7 @@ derive from TextAgent, which tokenises their text once, canonically, and appends
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -50,3 +51,38 @@ class TextAgent(AgentPolicy):
         text = await self.reply(request.messages, request.seed)
         ids = self.tokenizer.encode(text, add_special_tokens=False)[: max(0, request.max_new_tokens - 1)]
         return AgentOutput(ids + [self.tokenizer.eos_token_id])
+
+
+class BatchingPolicy(AgentPolicy):
+    """An agent whose backend samples many prompts at once (transformers, vLLM): requests from concurrent
+    episodes that arrive together are sampled as one batch, off the event loop."""
+
+    def __init__(self, max_batch: int):
+        self.max_batch = max_batch
+        self._pending: list[tuple[AgentRequest, asyncio.Future]] = []
+        self._worker: asyncio.Task | None = None
+
+    @abstractmethod
+    def sample(self, requests: list[AgentRequest]) -> list[AgentOutput]:
+        """One output per request, in order; each row's randomness comes from its request's seed only."""
+
+    async def generate(self, request: AgentRequest) -> AgentOutput:
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((request, fut))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        while self._pending:
+            for _ in range(3):  # let every episode that is ready submit its request before batching
+                await asyncio.sleep(0)
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+            try:
+                outs = await asyncio.to_thread(self.sample, [r for r, _ in batch])
+            except Exception as e:
+                for _, fut in batch:
+                    fut.set_exception(e)
+                continue
+            for (_, fut), out in zip(batch, outs):
+                fut.set_result(out)

@@ -54,6 +54,8 @@ class Trainer:
         self.model_cfg = to_schema(ModelConfig, cfg.model, "model")
         self.run_dir = Path(str(cfg.run_dir)).resolve()
         self.step = 0
+        self.train_seconds = 0.0  # warm-up and RL steps only: what trainer.max_minutes limits
+        self.validated_step: int | None = None
         resume = latest_checkpoint(self.run_dir) if cfg.resume else None
         if cfg.resume and resume is None:
             console.print(f"[yellow]resume=true but {self.run_dir} holds no complete checkpoint: starting fresh")
@@ -85,6 +87,7 @@ class Trainer:
             load_training_state(path, self.updater)
             self.controller.load_state_dict(state["controller"])
             self.step = int(state["step"])
+            self.train_seconds = float(state.get("train_seconds", 0.0))
             console.print(f"resuming from {path} (step {self.step})")
         self.val_profiles = self._fixed_sampler(self.tc.validation.seed).sample(self.tc.validation.profiles)
         # Warm-up profiles come from their own seeded sampler: the controller's draws stay those of the RL run.
@@ -123,6 +126,9 @@ class Trainer:
         eps = await self._play(jobs, self.val_policy, self.run_dir / "validation" / f"iter_{iteration:03d}.jsonl",
                                progress, f"validation {iteration}")
         m = compute_metrics(eps, self.scenario.space, seed=self.tc.validation.seed)
+        # Where on the training curve this point lies (benchmarks/learning_curve.py plots CR against both).
+        m["at"] = {"step": self.step, "train_minutes": self.train_seconds / 60}
+        self.validated_step = self.step
         (self.run_dir / "validation" / f"iter_{iteration:03d}.json").write_text(json.dumps(m, indent=2))
         cr = m["metrics"]["CR"]
         console.print(f"[bold]validation {iteration}[/]: CR {_fmt(cr['mean'])} (95% CI {_fmt(cr['ci95'][0])}-"
@@ -171,7 +177,10 @@ class Trainer:
         return None if r is None else {"total": r.total, "components": r.components}
 
     def _state(self) -> dict:
-        return {"step": self.step, "controller": self.controller.state_dict()}
+        return {"step": self.step, "controller": self.controller.state_dict(), "train_seconds": self.train_seconds}
+
+    def _budget_spent(self) -> bool:
+        return self.tc.max_minutes is not None and self.train_seconds >= self.tc.max_minutes * 60
 
     async def run(self) -> Path:
         tc = self.tc
@@ -179,8 +188,10 @@ class Trainer:
         columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn()]
         with Progress(*columns, console=console) as progress:
-            overall = progress.add_task("[bold]training steps", total=total, completed=self.step)
+            budget = "" if tc.max_minutes is None else f" (stops after {tc.max_minutes:g} min of training)"
+            overall = progress.add_task(f"[bold]training steps{budget}", total=total, completed=self.step)
             if self.step == 0 and tc.warmup.dialogues > 0:
+                t0 = time.perf_counter()
                 summary = await warmup(self, tc.warmup, progress)
                 (self.run_dir / "warmup" / "summary.json").write_text(json.dumps(summary, indent=2))
                 self.model.save_pretrained(self.run_dir / "warmup" / "model")
@@ -190,9 +201,11 @@ class Trainer:
                 console.print(f"warm-up: imitated {summary['imitated']}/{summary['dialogues']} reference dialogues "
                               f"(reference CR {summary['reference_CR']:.2f}); NLL {summary['nll_first']} -> "
                               f"{summary['nll_last']}")
-            if self.step == 0:
+                self.train_seconds += time.perf_counter() - t0
+            if self.step == 0 and tc.validation.at_start:
                 await self.validate(0, progress)
-            while self.step < total:
+            while self.step < total and not self._budget_spent():
+                t0 = time.perf_counter()
                 self.step += 1
                 out = await self.train_step(progress)
                 report = self.controller.end_step()
@@ -202,14 +215,19 @@ class Trainer:
                 self.logger.log(self.step, out)
                 console.print(_summary(self.step, total, out))
                 progress.advance(overall)
+                self.train_seconds += time.perf_counter() - t0
                 if self.step % tc.steps_per_iteration == 0:
                     it = self.step // tc.steps_per_iteration
                     (self.run_dir / "controller" / f"state_iter_{it:03d}.json").write_text(
                         json.dumps(self.controller.state_dict(), indent=1))
                     await self.validate(it, progress)
-                if self.step % tc.save_every == 0 or self.step == total:
+                if self.step % tc.save_every == 0 or self.step == total or self._budget_spent():
                     save_checkpoint(self.run_dir, self.step, model=self.model, tokenizer=self.tokenizer,
                                     updater=self.updater, state=self._state())
+            if self.step < total:  # stopped by trainer.max_minutes
+                console.print(f"[yellow]training budget of {tc.max_minutes:g} min spent after step {self.step}")
+                if self.validated_step != self.step:  # e.g. inside an iteration: still measure where it ended
+                    await self.validate(-(-self.step // tc.steps_per_iteration), progress)
         await self.user.aclose()
         self.logger.close()
         return self.run_dir

@@ -11,13 +11,12 @@ as [shared prefix | padding | own suffix], with position ids that continue the p
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from dataclasses import dataclass
 
 import torch
 
-from sead.dialogue.agent import AgentOutput, AgentPolicy, AgentRequest
+from sead.dialogue.agent import AgentOutput, AgentRequest, BatchingPolicy
 
 
 @dataclass
@@ -27,42 +26,20 @@ class SamplingConfig:
     top_k: int = 0             # 0 = off
 
 
-class HFPolicy(AgentPolicy):
+class HFPolicy(BatchingPolicy):
     name = "hf"
 
     def __init__(self, model, tokenizer, sampling: SamplingConfig, *, max_batch: int = 16, label: str = "",
                  share_prefix: bool = True, min_prefix: int = 16):
+        super().__init__(max_batch)
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
-        self.max_batch, self.label = max_batch, label
+        self.label = label
         self.share_prefix, self.min_prefix = share_prefix, min_prefix
         self._prefix: tuple[tuple, object] | None = None  # ((prefix ids, weights version), cache)
-        self._pending: list[tuple[AgentRequest, asyncio.Future]] = []
-        self._worker: asyncio.Task | None = None
         self.generated_tokens = 0
 
     def identity(self) -> dict:
         return {"name": self.name, "model": self.label, "sampling": vars(self.sampling)}
-
-    async def generate(self, request: AgentRequest) -> AgentOutput:
-        fut = asyncio.get_running_loop().create_future()
-        self._pending.append((request, fut))
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._drain())
-        return await fut
-
-    async def _drain(self) -> None:
-        while self._pending:
-            for _ in range(3):  # let every episode that is ready submit its request before batching
-                await asyncio.sleep(0)
-            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
-            try:
-                outs = await asyncio.to_thread(self.sample, [r for r, _ in batch])
-            except Exception as e:
-                for _, fut in batch:
-                    fut.set_exception(e)
-                continue
-            for (_, fut), out in zip(batch, outs):
-                fut.set_result(out)
 
     @torch.no_grad()
     def sample(self, requests: list[AgentRequest]) -> list[AgentOutput]:

@@ -15,6 +15,7 @@ class ValidationConfig:
     profiles: int = 30
     trials: int = 1
     seed: int = 4242
+    at_start: bool = True   # also validate before the first RL step (after any warm-up), not only after iterations
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0, top_p=1.0))
 
 
@@ -33,6 +34,7 @@ class TrainerConfig:
     rollouts_per_profile: int = 8       # GRPO group size n
     save_every: int = 5
     max_batch: int = 64                 # rows per batched generation call
+    max_minutes: float | None = None    # training-time budget (warm-up + RL steps, not validation); None = off
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)

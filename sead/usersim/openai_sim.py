@@ -7,12 +7,12 @@ function, so both backends condition the user model on exactly the same context.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from typing import Sequence
 
+import aiohttp
 import httpx
-import openai
-from openai.types.chat import ChatCompletion
 
 from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
@@ -72,39 +72,56 @@ class OpenAIUserSimulator(UserSimulator):
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.max_tokens, self.timeout = max_tokens, timeout
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        # Retries belong to the episode runner, which knows whether the episode is still worth retrying.
-        # The aiohttp transport: httpx's connection pool costs about twice the CPU per request with hundreds
-        # of dialogues in flight (benchmarks/rollout_concurrency.py).
-        self._clients = [openai.AsyncOpenAI(base_url=u, api_key=self._api_key, max_retries=0, timeout=timeout,
-                                            http_client=openai.DefaultAioHttpClient(timeout=timeout))
-                         for u in self.base_urls]
+        # One aiohttp session per URL, opened on first use inside the event loop that runs the dialogues.
+        # Plain aiohttp rather than the openai SDK: with hundreds of dialogues in flight the client's CPU per
+        # request bounds the rollout rate, and the SDK's request building and response models cost several
+        # times the POST itself (benchmarks/rollout_concurrency.py). Retries belong to the episode runner.
+        self._sessions: list[aiohttp.ClientSession | None] = [None] * len(self.base_urls)
         self._calls = 0
 
     async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *,
                       seed: int) -> UserReply:
-        index = self._calls % len(self._clients)
+        index = self._calls % len(self.base_urls)
         self._calls += 1
-        url, client = self.base_urls[index], self._clients[index]
+        url = self.base_urls[index]
         messages = build_user_messages(self.scenario, profile, history, agent_response)
         try:
-            # httpx's timeout bounds each read, not the call; a server trickling bytes must not hold the episode.
+            # The deadline covers the whole call: a server trickling bytes must not hold the episode.
             async with asyncio.timeout(self.timeout):
-                # The raw-body post skips the SDK's per-call TypedDict transform of `messages`, which cost
-                # ~10 ms of CPU per call on long dialogues; the request on the wire is the same.
-                completion = await client.post("/chat/completions", cast_to=ChatCompletion,
-                                               body=self._body(messages, seed, len(history)))
-        except (TimeoutError, openai.OpenAIError) as e:
-            raise SimulatorError(f"user simulator at {url} failed: {self._cause(e)}") from e
-        if not completion.choices:
+                data = await self._post(index, self._body(messages, seed, len(history)))
+        except TimeoutError as e:
+            raise SimulatorError(f"user simulator at {url} failed: no answer within {self.timeout:g} s") from e
+        except (aiohttp.ClientError, ConnectionError) as e:
+            raise SimulatorError(f"user simulator at {url} failed: connection failed: "
+                                 f"{str(e) or type(e).__name__}") from e
+        except _HTTPError as e:
+            raise SimulatorError(f"user simulator at {url} failed: {e}") from e
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices or not isinstance(choices[0], dict):
             raise SimulatorError(f"user simulator at {url} returned no choices")
-        choice = completion.choices[0]
-        text = choice.message.content if choice.message else None
-        if not text or not text.strip():
+        choice = choices[0]
+        text = (choice.get("message") or {}).get("content")
+        if not isinstance(text, str) or not text.strip():
             raise SimulatorError(f"user simulator at {url} returned empty content "
-                                 f"(finish_reason={choice.finish_reason})")
-        usage = completion.usage
-        return UserReply(text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
-                         meta={"base_url": url, "finish_reason": choice.finish_reason})
+                                 f"(finish_reason={choice.get('finish_reason')})")
+        usage = data.get("usage") or {}
+        return UserReply(text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                         meta={"base_url": url, "finish_reason": choice.get("finish_reason")})
+
+    async def _post(self, index: int, body: dict) -> dict:
+        session = self._sessions[index]
+        if session is None or session.closed:
+            session = self._sessions[index] = aiohttp.ClientSession(
+                headers={"Authorization": f"Bearer {self._api_key}"},
+                connector=aiohttp.TCPConnector(limit=0))  # the runner's concurrency limit is the limit
+        async with session.post(f"{self.base_urls[index]}/chat/completions", json=body) as r:
+            raw = await r.read()
+            if r.status >= 400:
+                raise _HTTPError(r.status, raw)
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise _HTTPError(r.status, raw, "the answer is not JSON") from None
 
     def _body(self, messages: list[dict], seed: int, turn: int) -> dict:
         body = {"model": self.model, "messages": messages, "temperature": self.temperature, "top_p": self.top_p,
@@ -112,20 +129,6 @@ class OpenAIUserSimulator(UserSimulator):
         if self.top_k is not None:
             body["top_k"] = self.top_k
         return body
-
-    def _cause(self, e: BaseException) -> str:
-        dropped = _dropped_connection(e)
-        if dropped is not None:  # the aiohttp transport reports a dropped connection as a timeout
-            return f"connection failed: {dropped}"
-        if isinstance(e, (TimeoutError, openai.APITimeoutError)):
-            return f"no answer within {self.timeout:g} s"
-        if isinstance(e, openai.APIStatusError):
-            detail = e.body.get("message") if isinstance(e.body, dict) else None
-            return f"HTTP {e.status_code}: {detail or e.message}"
-        if isinstance(e, openai.APIConnectionError):
-            cause = e.__cause__ or e
-            return f"connection failed: {str(cause) or type(cause).__name__}"
-        return f"{type(e).__name__}: {e}"
 
     def identity(self) -> dict:
         return {"name": self.name, "model": self.model, "base_urls": list(self.base_urls),
@@ -137,37 +140,42 @@ class OpenAIUserSimulator(UserSimulator):
         would otherwise surface as an HTTP 404 on every turn."""
         headers = {"Authorization": f"Bearer {self._api_key}"}
         async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S, headers=headers) as http:
-            problems = await asyncio.gather(*(self._probe(http, u) for u in self.base_urls))
+            problems = await asyncio.gather(*(probe_endpoint(http, u, self.model) for u in self.base_urls))
         problems = [p for p in problems if p]
         if problems:
             raise SimulatorError("; ".join(problems) + f"; {START_HINT}")
 
-    async def _probe(self, http: httpx.AsyncClient, url: str) -> str | None:
-        try:
-            r = await http.get(f"{url}/models")
-            r.raise_for_status()
-            served = [m.get("id") for m in r.json().get("data", [])]
-        except httpx.HTTPStatusError as e:
-            return f"user simulator at {url} is unreachable: HTTP {e.response.status_code} from /models"
-        except (httpx.HTTPError, ValueError, AttributeError) as e:
-            return f"user simulator at {url} is unreachable: {type(e).__name__}: {e}"
-        if self.model not in served:
-            return f"user simulator at {url} serves {served}, not {self.model!r} (set usersim.model)"
-        return None
-
     async def aclose(self) -> None:
-        await asyncio.gather(*(c.close() for c in self._clients))
+        await asyncio.gather(*(s.close() for s in self._sessions if s is not None))
+        self._sessions = [None] * len(self.base_urls)
 
 
-def _dropped_connection(e: BaseException) -> str | None:
-    """The message of a closed or refused connection somewhere in the exception's cause chain, else None."""
-    import aiohttp
-
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, (aiohttp.ClientConnectionError, ConnectionError, httpx.ConnectError,
-                          httpx.RemoteProtocolError)) and not isinstance(e, aiohttp.ServerTimeoutError):
-            return str(e) or type(e).__name__
-        e = e.__cause__ or e.__context__
+async def probe_endpoint(http: httpx.AsyncClient, url: str, model: str, *, role: str = "user simulator",
+                         hint: str = "set usersim.model") -> str | None:
+    """None when `url` answers GET /models and serves `model`; otherwise what is wrong, in one line."""
+    try:
+        r = await http.get(f"{url}/models")
+        r.raise_for_status()
+        served = [m.get("id") for m in r.json().get("data", [])]
+    except httpx.HTTPStatusError as e:
+        return f"{role} at {url} is unreachable: HTTP {e.response.status_code} from /models"
+    except (httpx.HTTPError, ValueError, AttributeError) as e:
+        return f"{role} at {url} is unreachable: {type(e).__name__}: {e}"
+    if model not in served:
+        return f"{role} at {url} serves {served}, not {model!r} ({hint})"
     return None
+
+
+class _HTTPError(Exception):
+    """An error status (or an unreadable body) from the simulator, with the server's own message if it sent one."""
+
+    def __init__(self, status: int, raw: bytes, problem: str | None = None):
+        detail = problem
+        if detail is None:
+            try:
+                err = json.loads(raw).get("error") or {}
+                detail = err.get("message") if isinstance(err, dict) else str(err)
+            except (ValueError, AttributeError):
+                detail = None
+            detail = detail or raw[:120].decode("utf-8", "replace").strip() or "no message"
+        super().__init__(f"HTTP {status}: {detail}")

@@ -1,0 +1,97 @@
+"""Figures of an evaluation: CR heat maps over pairs of state dimensions, CR per state value, outcomes."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Sequence
+
+from sead.dialogue import Episode
+from sead.metrics import completion
+from sead.plots.heatmaps import draw_state_heatmaps, plt
+from sead.scenario import ProfileSpace
+
+# The pairs of the paper's analysis; scenarios without these dimensions get their first pairs instead.
+HEATMAP_PAIRS = (("cooperation", "trust"), ("cooperation", "emotion"))
+
+
+def heatmap_pairs(space: ProfileSpace) -> list[tuple[str, str]]:
+    names = space.sampled_names
+    pairs = [p for p in HEATMAP_PAIRS if set(p) <= set(names)]
+    return pairs or [(names[0], n) for n in names[1:3]]
+
+
+def cr_heatmap(episodes: Sequence[Episode], space: ProfileSpace, pair: tuple[str, str], path: Path) -> Path:
+    """CR over two dimensions, pooled over the others; cells without dialogues stay blank."""
+    idx = [space.sampled_names.index(d) for d in pair]
+    cells: dict[tuple[int, int], list[float]] = {}
+    for e in episodes:
+        if not e.sim_error:
+            key = e.profile.key()
+            cells.setdefault((key[idx[0]], key[idx[1]]), []).append(completion(e))
+
+    def mean(state):
+        vals = cells.get(tuple(state))
+        return sum(vals) / len(vals) if vals else None
+
+    def count(state):
+        return len(cells.get(tuple(state), [])) or None
+
+    most = max((len(v) for v in cells.values()), default=1)
+    return draw_state_heatmaps(path, pair, [space[d].allowed for d in pair],
+                               [("completion rate", mean, (0.0, 1.0)), ("dialogues", count, (0.0, float(most)))],
+                               title=f"CR over {pair[0]} x {pair[1]}")
+
+
+def cr_by_value_plot(cr_by_state: dict, path: Path) -> Path:
+    dims = cr_by_state["dimensions"]
+    fig, axes = plt.subplots(1, len(dims), figsize=(3.4 * len(dims), 3.0), squeeze=False)
+    for ax, dim in zip(axes[0], dims):
+        stats = cr_by_state["per_value"][dim]
+        values = list(stats)
+        means = [stats[v]["mean"] or 0.0 for v in values]
+        lo = [m - (stats[v]["ci95"][0] if stats[v]["ci95"][0] is not None else m) for v, m in zip(values, means)]
+        hi = [(stats[v]["ci95"][1] if stats[v]["ci95"][1] is not None else m) - m for v, m in zip(values, means)]
+        ax.bar(values, means, yerr=[lo, hi], capsize=3, color="#4c72b0")
+        ax.set_ylim(0, 1)
+        ax.set_xlabel(dim)
+        ax.set_ylabel("CR (95% CI)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def outcome_plot(end_reasons: dict[str, int], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    ax.barh(list(end_reasons), list(end_reasons.values()), color="#55a868")
+    ax.set_xlabel("dialogues")
+    ax.set_title("how dialogues ended")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def line_plot(series: dict[str, tuple[list, list]], path: Path, *, title: str, xlabel: str,
+              bands: dict[str, tuple[list, list]] | None = None) -> Path:
+    """One line per named (x, y) series; optional (low, high) bands, e.g. 95% CIs."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.0))
+    for name, (x, y) in series.items():
+        ax.plot(x, y, marker="o", markersize=3, label=name)
+        if bands and name in bands:
+            ax.fill_between(x, *bands[name], alpha=0.2)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    if len(series) > 1:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def data_uri(path: Path) -> str:
+    """A PNG as a data: URI, so the report is one self-contained file."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")

@@ -1,0 +1,186 @@
+"""The evaluation suite: seeded test sets, reproducible and resumable runs, results, errors before dialogues."""
+
+import json
+import shutil
+
+import pytest
+
+from dialogue_fixtures import SPACE, agent, user
+from sead.cli.main import main
+from sead.dialogue.episode import Episode, Turn
+from sead.eval.results import cr_by_state, pass_hat
+from sead.eval.testset import content_hash, load_testset, make_testset
+from sead.scenario.profiles import Profile, write_profiles
+
+SMALL = ["eval.limit=6", "eval.trials=2"]
+
+
+def run_eval(tmp_path, out, *args):
+    return main(["eval", *args, f"eval.out_dir={tmp_path / out}", f"eval.testset_dir={tmp_path / 'testsets'}",
+                 *SMALL])
+
+
+def records(path):
+    """Dialogue records without wall-clock timings, which legitimately differ between runs."""
+    out = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        r["meta"].pop("timing")
+        out.append(r)
+    return sorted(out, key=lambda r: r["meta"]["episode_id"])
+
+
+def comparable(results):
+    return {k: results[k] for k in ("counts", "metrics", "end_reasons", "tokens", "pass_hat_k", "cr_by_state")}
+
+
+def test_testset_is_seeded_and_its_hash_follows_the_content(restaurant, tmp_path, capsys):
+    a = make_testset(restaurant, 50, 7, tmp_path / "a.parquet")
+    b = make_testset(restaurant, 50, 7, tmp_path / "b.parquet")
+    assert a.hash == b.hash and a.profiles == b.profiles
+    assert make_testset(restaurant, 50, 8, tmp_path / "c.parquet").hash != a.hash
+    write_profiles(a.profiles, tmp_path / "a.jsonl")  # same profiles in another format: same hash
+    assert load_testset(tmp_path / "a.jsonl", restaurant).hash == a.hash
+    changed = [Profile.make({**a.profiles[0].values, "trust": 1 + a.profiles[0].values["trust"] % 4},
+                            a.profiles[0].behaviours), *a.profiles[1:]]
+    assert content_hash(changed) != a.hash
+    out = tmp_path / "cli.parquet"
+    assert main(["testset", "make", f"eval.testset={out}", "eval.testset_size=50", "eval.testset_seed=7"]) == 0
+    assert a.hash in capsys.readouterr().out and load_testset(out, restaurant).hash == a.hash
+
+
+def test_same_seed_same_results_with_the_tiny_model(tmp_path):
+    from sead.models.loading import ModelConfig, load_model
+
+    model, tok, _ = load_model(ModelConfig(preset="tiny"))
+    model.save_pretrained(tmp_path / "tiny")
+    tok.save_pretrained(tmp_path / "tiny")
+    for out in ("one", "two"):
+        assert run_eval(tmp_path, out, str(tmp_path / "tiny"), "preset=tiny", "eval.max_new_tokens=12") == 0
+    one, two = (json.loads((tmp_path / o / "tiny" / "results.json").read_text()) for o in ("one", "two"))
+    assert one["counts"]["dialogues"] == 12 and comparable(one) == comparable(two)
+    assert records(tmp_path / "one" / "tiny" / "dialogues.jsonl") == records(tmp_path / "two" / "tiny" / "dialogues.jsonl")
+    frozen = one["settings"]
+    assert frozen["agent"]["sampling"] == {"temperature": 0.7, "top_p": 0.9, "top_k": 0}
+    assert frozen["dialogue"]["max_new_tokens"] == 12 and frozen["testset"]["evaluated"] == 6
+    assert one["versions"]["torch"] and one["agent_params"] > 0
+
+
+def test_interrupted_evaluation_resumes_without_redoing_finished_dialogues(tmp_path):
+    assert run_eval(tmp_path, "full", "scripted:reference") == 0
+    full = tmp_path / "full" / "scripted-reference"
+    part = tmp_path / "part" / "scripted-reference"
+    part.mkdir(parents=True)
+    shutil.copy(full / "settings.json", part / "settings.json")
+    lines = (full / "dialogues.jsonl").read_text().splitlines()
+    # Five finished dialogues and one torn line: the process died while writing the sixth.
+    (part / "dialogues.jsonl").write_text("\n".join(lines[:5]) + "\n" + lines[5][:40])
+    assert run_eval(tmp_path, "part", "scripted:reference") == 0
+    resumed = json.loads((part / "results.json").read_text())
+    assert resumed["dialogues_resumed"] == 5 and resumed["dialogues_played"] == 7
+    assert comparable(resumed) == comparable(json.loads((full / "results.json").read_text()))
+    assert records(part / "dialogues.jsonl") == records(full / "dialogues.jsonl")
+
+
+def test_other_settings_in_the_same_folder_are_refused_unless_fresh(tmp_path, capsys):
+    assert run_eval(tmp_path, "o", "scripted:reference") == 0
+    before = (tmp_path / "o" / "scripted-reference" / "dialogues.jsonl").read_text()
+    assert run_eval(tmp_path, "o", "scripted:reference", "eval.seed=5") == 2
+    assert "seed differ" in capsys.readouterr().out
+    assert (tmp_path / "o" / "scripted-reference" / "dialogues.jsonl").read_text() == before
+    assert run_eval(tmp_path, "o", "scripted:reference", "eval.seed=5", "eval.fresh=true") == 0
+    assert json.loads((tmp_path / "o" / "scripted-reference" / "results.json").read_text())["settings"]["seed"] == 5
+
+
+@pytest.mark.parametrize("make_spec, message", [
+    (lambda p: str(p / "nowhere"), "no such model"),
+    (lambda p: "openai:no-at-sign", "openai:MODEL@"),
+    (lambda p: "scripted:genius", "unknown scripted agent"),
+    (lambda p: _config_only(p), "no weights"),
+    (lambda p: _run_without_checkpoint(p), "no complete checkpoint"),
+    (lambda p: "openai:gpt-x@http://127.0.0.1:9/v1", "unreachable"),
+])
+def test_bad_model_fails_before_any_dialogue(tmp_path, capsys, make_spec, message):
+    assert run_eval(tmp_path, "bad", make_spec(tmp_path)) == 2
+    assert message in capsys.readouterr().out
+    assert not list((tmp_path / "bad").glob("*/dialogues.jsonl"))
+
+
+def _config_only(p):
+    (p / "m").mkdir()
+    (p / "m" / "config.json").write_text("{}")
+    return str(p / "m")
+
+
+def _run_without_checkpoint(p):
+    (p / "run" / "checkpoints").mkdir(parents=True)
+    return str(p / "run")
+
+
+def test_out_of_range_testset_fails_naming_file_line_and_field(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"cooperation": 2, "emotion": 1, "trust": 3, "behaviours": []}\n'
+                   '{"cooperation": 2, "emotion": 9, "trust": 3, "behaviours": []}\n')
+    assert run_eval(tmp_path, "o", "scripted:reference", f"eval.testset={bad}") == 2
+    out = capsys.readouterr().out
+    assert f"{bad}:2" in out and "emotion" in out
+    assert not (tmp_path / "o").exists()
+
+
+def _ep(state, success, eid):
+    final = user(3, 2, 3, status=1 if success else -1)
+    return Episode(Profile.make(state, []), [Turn(agent(2, 1, 2, 0), final)],
+                   "user_success" if success else "user_hangup", meta={"episode_id": eid})
+
+
+def test_cr_per_state_value_joint_state_and_pass_k_by_hand():
+    s1, s2 = {"cooperation": 1, "emotion": 1, "trust": 2}, {"cooperation": 3, "emotion": 1, "trust": 4}
+    # profile 0 (s1): 2 of 3 trials succeed; profile 1 (s2): 3 of 3; profile 2 (s1): 0 of 3
+    outcomes = [(s1, [True, True, False]), (s2, [True, True, True]), (s1, [False, False, False])]
+    eps, index = [], []
+    for i, (state, wins) in enumerate(outcomes):
+        for k, w in enumerate(wins):
+            eps.append(_ep(state, w, f"p{i}-t{k}"))
+            index.append(i)
+    eps.append(Episode(Profile.make(s2, []), [Turn(agent(2, 1, 2, 0))], "sim_error"))  # excluded everywhere
+    index.append(1)
+    by = cr_by_state(eps, SPACE)
+    assert by["per_value"]["cooperation"]["1"]["mean"] == pytest.approx(2 / 6)
+    assert by["per_value"]["cooperation"]["3"]["mean"] == 1.0 and by["per_value"]["cooperation"]["3"]["n"] == 3
+    assert by["per_value"]["emotion"]["1"]["n"] == 9
+    assert by["per_joint_state"] == {"1-1-2": {"CR": pytest.approx(2 / 6), "n": 6}, "3-1-4": {"CR": 1.0, "n": 3}}
+    p = pass_hat(eps, index, 3)
+    # pass^1 = mean(2/3, 1, 0); pass^2 = mean(C(2,2)/C(3,2), 1, 0) = mean(1/3, 1, 0); pass^3 = mean(0, 1, 0)
+    assert p["pass^1"] == pytest.approx(5 / 9)
+    assert p["pass^2"] == pytest.approx(4 / 9)
+    assert p["pass^3"] == pytest.approx(1 / 3)
+
+
+def test_several_models_give_a_comparison_table(tmp_path):
+    assert run_eval(tmp_path, "cmp", "scripted:reference", "scripted:sop_ignoring") == 0
+    md = (tmp_path / "cmp" / "comparison.md").read_text().splitlines()
+    assert md[0].startswith("| Method | Params | CR % |")
+    rows = {l.split("|")[1].strip(): l.split("|")[3].strip() for l in md[2:4]}
+    ref = json.loads((tmp_path / "cmp" / "scripted-reference" / "results.json").read_text())
+    assert rows["scripted-reference"] == f"{100 * ref['metrics']['CR']['mean']:.1f}"
+    assert rows["scripted-sop_ignoring"] == "0.0"
+    assert "<table" in (tmp_path / "cmp" / "comparison.html").read_text()
+
+
+def test_api_agent_against_an_api_user_simulator(tmp_path, restaurant, capsys):
+    from sead.testing import FakeOpenAIServer, scripted_user_turn
+
+    said = restaurant.tags.format_agent("Hello, this is Alex with a free advertising credit.",
+                                        {"cooperation": 3, "emotion": 2, "trust": 3, "noise": 0}, 0, 0)
+    with FakeOpenAIServer(lambda body: said, model="agent-x") as agent_api, \
+            FakeOpenAIServer(scripted_user_turn(finish_after=2), model="user-y") as user_api:
+        common = ["usersim=openai", f"usersim.base_urls=[{user_api.url}]", "usersim.model=user-y"]
+        assert run_eval(tmp_path, "api", f"openai:agent-z@{agent_api.url}", *common) == 2
+        assert "not 'agent-z'" in capsys.readouterr().out  # a wrong model name, caught before any dialogue
+        assert run_eval(tmp_path, "api", f"openai:agent-x@{agent_api.url}", *common) == 0
+        sent = agent_api.requests
+    results = json.loads((tmp_path / "api" / "agent-x" / "results.json").read_text())
+    assert results["counts"]["completed"] == 12 and results["metrics"]["ADT"]["mean"] == 2.0
+    assert results["settings"]["user_simulator"]["model"] == "user-y"
+    assert sent[0]["temperature"] == 0.7 and sent[0]["top_p"] == 0.9 and sent[0]["max_tokens"] == 512
+    assert sent[0]["messages"][0]["role"] == "system"  # the SOP prompt, then the dialogue as chat turns

@@ -1,0 +1,89 @@
+"""report.html in headless Chromium: the viewer renders, filtering works, dialogue markup stays text.
+Also `sead report RUN_DIR` on a tiny training run."""
+
+import json
+import shutil
+from contextlib import contextmanager
+
+from sead.cli.main import main
+from sead.dialogue import Episode, read_rollouts
+from sead.eval.report import write_eval_report
+
+EVIL = "<script>window.__pwned = 1</script><b>bold?</b>"
+
+
+@contextmanager
+def chromium_page(path):
+    """A headless Chromium page on a local file. Opened only after the asyncio work of a test is done:
+    Playwright's sync API keeps an event loop running in this thread while it is open."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: scripts/test.sh installs it (apt-get install chromium)"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.as_uri())
+        yield page
+        assert not errors, errors
+        browser.close()
+
+
+def test_viewer_renders_filters_and_keeps_script_as_text(tmp_path, restaurant):
+    out = tmp_path / "ev"
+    assert main(["eval", "scripted:reference", f"eval.out_dir={out}", f"eval.testset_dir={tmp_path}",
+                 "eval.limit=12"]) == 0
+    folder = out / "scripted-reference"
+    results = json.loads((folder / "results.json").read_text())
+    episodes = [Episode.from_dict(r) for r in read_rollouts(folder / "dialogues.jsonl")]
+    first = episodes[0]
+    first.turns[0].user.reply = EVIL  # as if the simulator had written markup
+    write_eval_report(folder, "scripted-reference", results, episodes, restaurant.space)
+    html = (folder / "report.html").read_text()
+    assert EVIL not in html  # never raw in the page
+
+    with chromium_page(folder / "report.html") as page:
+        check_viewer(page, episodes)
+
+
+def check_viewer(page, episodes):
+    first = episodes[0]
+    page.wait_for_selector(".dialogue-row")
+    successes = sum(e.success for e in episodes)
+    assert page.locator(".dialogue-row").count() == 12
+    assert page.inner_text("#filter-count") == "12 of 12 dialogues"
+    page.select_option("#filter-outcome", "success")
+    assert page.locator(".dialogue-row").count() == successes
+    page.select_option("#filter-outcome", "failure")
+    assert page.locator(".dialogue-row").count() == 12 - successes
+    page.select_option("#filter-outcome", "")
+    coop = str(first.profile.values["cooperation"])
+    page.select_option("#filter-dim-cooperation", coop)
+    assert page.locator(".dialogue-row").count() == sum(str(e.profile.values["cooperation"]) == coop
+                                                        for e in episodes)
+    behaviour = first.profile.behaviours[0]
+    page.select_option("#filter-dim-cooperation", "")
+    page.select_option("#filter-behaviour", behaviour)
+    assert page.locator(".dialogue-row").count() == sum(behaviour in e.profile.behaviours for e in episodes)
+    page.select_option("#filter-behaviour", "")
+    page.locator(".dialogue-row").first.click()  # the first dialogue, whose user reply holds the markup
+    assert page.locator(".user-text").first.inner_text() == EVIL
+    assert page.evaluate("window.__pwned") is None and page.locator("#dialogue-detail b").count() == 0
+    assert page.locator(".plots img").count() == 4
+
+
+def test_training_report_draws_the_curves_of_a_run(tmp_path):
+    from sead.config import load_config
+    from sead.trainer.loop import train
+
+    run = train(load_config(["preset=tiny", "trainer.iterations=2", f"run_dir={tmp_path / 'run'}"]))
+    assert main(["report", str(run)]) == 0
+    with chromium_page(run / "report.html") as page:
+        titles = page.locator(".plots figcaption").all_inner_texts()
+        assert {"reward", "training CR", "validation CR (95% CI)", "controller: trust sampling shares"} <= set(titles)
+        rows = page.locator("table.summary tr").count()
+        assert rows == 1 + 3  # header + validation before training and after each of the 2 iterations
+        assert page.locator(".dialogue-row").count() > 0
+    assert main(["report", str(tmp_path)]) == 2  # not a run directory: a clear error

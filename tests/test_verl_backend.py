@@ -1,0 +1,176 @@
+"""Contract tests against the installed verl 0.9.1, on CPU. Everything that imports verl is in this one file:
+each process pays about 12 s for `import verl` once.
+
+What they pin: every verl symbol the adapter uses still exists where we import it; the plugin entry point
+registers the agent loop; SEAD's agent loop inside verl's own AgentLoopWorker yields the ids and loss mask the
+embedded runner yields for the same dialogue; the reward function runs through verl's reward manager; and
+SEAD's overrides compose with verl's Hydra config and pass verl's own config validation.
+"""
+
+import asyncio
+import inspect
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+# verl is a hard dependency here (scripts/test.sh installs the `verl` extra): a missing one fails, never skips.
+import verl
+from omegaconf import OmegaConf
+from transformers import AutoTokenizer
+from verl import DataProto
+from verl.experimental.agent_loop.agent_loop import (AgentLoopBase, AgentLoopMetrics, AgentLoopOutput,
+                                                     AgentLoopWorker, _agent_loop_registry, register)
+from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+from verl.trainer.ppo.reward import get_custom_reward_fn
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
+from verl.workers.rollout.llm_server import LLMServerClient
+from verl.workers.rollout.replica import TokenOutput
+
+from sead.agents import ReferenceAgent
+from sead.config import load_config
+from sead.dialogue.episode import Episode
+from sead.dialogue.runner import run_episode
+from sead.reward import compute_reward
+from sead.verl_backend.agent_loop import AGENT_NAME, SEADDialogueAgentLoop
+from sead.verl_backend.episode_io import episode_seed, extra_fields, load_context
+from sead.verl_backend.launcher import compose_verl_config
+from sead.verl_backend.outer_loop import VerlTrainer
+from verl_fakes import FAKE_LOGPROB, ChatMLServer, verl_run_config
+
+
+def test_the_verl_symbols_the_adapter_relies_on():
+    assert verl.__version__ == "0.9.1"
+    assert issubclass(SEADDialogueAgentLoop, AgentLoopBase) and callable(register)
+    assert {"prompt_ids", "response_ids", "response_mask", "response_logprobs", "num_turns", "extra_fields",
+            "metrics"} <= set(AgentLoopOutput.model_fields)
+    assert {"generate_sequences", "tool_calls"} <= set(AgentLoopMetrics.model_fields)
+    assert {"token_ids", "log_probs"} <= set(TokenOutput.model_fields)
+    params = inspect.signature(LLMServerClient.generate).parameters
+    assert list(params)[:2] == ["self", "request_id"] and {"prompt_ids", "sampling_params"} <= set(params)
+    # The plugin entry point of the installed sead package ran inside `import verl` and registered the loop.
+    assert _agent_loop_registry[AGENT_NAME]["_target_"] == "sead.verl_backend.agent_loop.SEADDialogueAgentLoop"
+
+
+def _trainer_and_verl_config(cfg, *overrides):
+    trainer = VerlTrainer(cfg, runner=None)
+    return trainer, compose_verl_config([*trainer.prepare_iteration(0), *overrides])
+
+
+def _episode_reward(ep, ctx):
+    return compute_reward(ep, ctx.weights, ctx.scenario.space, num_stages=len(ctx.scenario.stages),
+                          max_turns=ctx.runner_cfg.max_turns).total
+
+
+def test_agent_loop_in_verl_worker_matches_the_embedded_runner(tmp_path):
+    cfg, scenario = verl_run_config(tmp_path)
+    trainer, config = _trainer_and_verl_config(cfg, "actor_rollout_ref.rollout.n=1")
+    ctx = load_context(trainer.run_dir / "config.yaml")
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
+    server = ChatMLServer(scenario, tokenizer, TokenOutput)
+    worker = AgentLoopWorker(config, llm_client=server, reward_loop_worker_handles=None)
+    rows = trainer._rows(trainer.controller.sample(3), "train")
+    step = 3  # what the V1 worker passes as global_steps; session_id is the rollout's index in its group
+    raw_prompts = np.empty(len(rows), dtype=object)
+    raw_prompts[:] = [r["prompt"] for r in rows]
+    batch = DataProto.from_dict(
+        tensors={"dummy": torch.zeros(len(rows), 1)},
+        non_tensors={"raw_prompt": raw_prompts,
+                     "extra_info": np.array([r["extra_info"] for r in rows], dtype=object),
+                     "index": np.arange(len(rows)), "agent_name": np.array([AGENT_NAME] * len(rows), dtype=object),
+                     "data_source": np.array(["sead"] * len(rows), dtype=object),
+                     "global_steps": np.array([step] * len(rows)), "session_id": np.zeros(len(rows), dtype=int)})
+    out = asyncio.run(worker.generate_sequences(batch))
+
+    records = [json.loads(l) for l in (trainer.run_dir / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()]
+    assert len(records) == 3
+    width = config.actor_rollout_ref.rollout.response_length
+    turns = []
+    for i, row in enumerate(rows):
+        rec = next(r for r in records if r["meta"]["group"] == i)
+        expected_profile = Episode.from_dict(rec).profile
+        assert expected_profile.to_dict() == json.loads(row["extra_info"]["profile"])
+        embedded = asyncio.run(run_episode(expected_profile, scenario=scenario, agent=ReferenceAgent(scenario, tokenizer),
+                                           user=ctx.user, tokenizer=tokenizer, cfg=ctx.runner_cfg,
+                                           seed=episode_seed(int(cfg.seed), step, i, 0, 1)))
+        seg = embedded.segments[0]
+        n_prompt = len(ctx.first_prompt(tokenizer))
+        prompt = out.batch["prompts"][i]
+        assert prompt[prompt.numel() - n_prompt:].tolist() == seg.ids[:n_prompt]
+        n_resp = len(seg.ids) - n_prompt
+        assert n_resp < width  # nothing cut
+        turns.append(len(embedded.turns))
+        assert out.batch["responses"][i][:n_resp].tolist() == seg.ids[n_prompt:]
+        assert out.batch["response_mask"][i][:n_resp].tolist() == seg.mask[n_prompt:]
+        assert out.batch["response_mask"][i][n_resp:].sum() == 0
+        assert out.batch["attention_mask"][i].sum() == n_prompt + n_resp
+        lp = out.batch["rollout_log_probs"][i][:n_resp]
+        assert torch.allclose(lp, torch.tensor([FAKE_LOGPROB if m else 0.0 for m in seg.mask[n_prompt:]]))
+        assert rec["end_reason"] == embedded.end_reason
+        assert rec["meta"]["reward"]["total"] == _episode_reward(embedded, ctx)
+        assert out.non_tensor_batch["sead_end_reason"][i] == embedded.end_reason
+        assert out.non_tensor_batch["sead_turns"][i] == len(embedded.turns)
+        assert out.non_tensor_batch["sead_profile"][i] == expected_profile.to_dict()
+    assert max(turns) >= 2  # user turns (mask 0) sit between agent turns in at least one dialogue
+    # Every request the fake server saw was a prompt the embedded runner builds (ids, not re-tokenised text).
+    assert all(r["sampling_params"]["max_tokens"] == cfg.dialogue.max_new_tokens for r in server.requests)
+    assert len({r["request_id"] for r in server.requests}) == 3
+
+
+def test_reward_function_through_verls_reward_manager(tmp_path):
+    cfg, scenario = verl_run_config(tmp_path)
+    trainer, config = _trainer_and_verl_config(cfg)
+    ctx = load_context(trainer.run_dir / "config.yaml")
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
+    profile = trainer.controller.sample(1)[0]
+    ep = asyncio.run(run_episode(profile, scenario=scenario, agent=ReferenceAgent(scenario, tokenizer), user=ctx.user,
+                                 tokenizer=tokenizer, cfg=ctx.runner_cfg, seed=5))
+    seg, n = ep.segments[0], len(ctx.first_prompt(tokenizer))
+    prompts, responses = torch.tensor(seg.ids[:n]), torch.tensor(seg.ids[n:])
+    data = DataProto.from_dict(  # the shapes AgentLoopWorker._compute_score hands a reward worker
+        tensors={"prompts": prompts[None], "responses": responses[None],
+                 "attention_mask": torch.ones(1, len(seg.ids), dtype=torch.int64),
+                 "input_ids": torch.tensor(seg.ids)[None]},
+        non_tensors={"data_source": np.array(["sead"], dtype=object),
+                     "reward_model": np.array([{"ground_truth": ""}], dtype=object),
+                     "extra_info": np.array([{"index": 0, "split": "train"}], dtype=object),
+                     "tool_extra_fields": np.array([extra_fields(ep)], dtype=object),
+                     "__num_turns__": np.array([ep.num_turns])})
+
+    async def score():  # the manager binds the event loop it is built in, as inside a reward worker
+        return await NaiveRewardManager(config.reward, tokenizer, get_custom_reward_fn(config)).run_single(data)
+
+    result = asyncio.run(score())
+    assert result["reward_score"] == _episode_reward(ep, ctx)
+    info = result["reward_extra_info"]
+    assert info["sim_error"] == 0 and info["reward_completion"] == float(ep.success)
+    with pytest.raises(ValueError, match="sead_episode"):
+        get_custom_reward_fn(config)("other", "text", "", {"index": 0})
+
+
+@pytest.mark.parametrize("preset,gpus", [("gpu8", 6), ("gpu1", 1)])
+def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, preset, gpus):
+    run = tmp_path / "run"
+    cfg = load_config([f"preset={preset}", "usersim=scripted", f"model.path={tmp_path}", f"run_dir={run}"])
+    trainer = VerlTrainer(cfg, runner=None)
+    config = compose_verl_config(trainer.prepare_iteration(0))
+    OmegaConf.resolve(config)  # every interpolation, ours and verl's, resolves
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+    tc = trainer.tc
+    assert config.trainer.n_gpus_per_node == gpus and not need_critic(config) and need_reference_policy(config)
+    assert rollout.n == tc.rollouts_per_profile and rollout.temperature == tc.sampling.temperature
+    assert config.data.train_batch_size == tc.profiles_per_step
+    assert config.actor_rollout_ref.actor.optim.lr == tc.update.lr
+    assert config.actor_rollout_ref.actor.kl_loss_coef == tc.update.kl_coef
+    assert config.trainer.total_training_steps == tc.steps_per_iteration
+    assert config.reward.custom_reward_function.reward_kwargs.sead_config == str(run / "config.yaml")
+    loops = yaml.safe_load(open(config.actor_rollout_ref.rollout.agent.agent_loop_config_path))
+    assert loops[0]["name"] == AGENT_NAME and loops[0]["sead_config"] == str(run / "config.yaml")
+    if preset == "gpu8":  # the issue's numbers
+        assert (rollout.n, tc.profiles_per_step, tc.update.lr, rollout.temperature) == (8, 60, 1e-6, 1.2)
+        assert config.actor_rollout_ref.actor.kl_loss_type == "low_var_kl" and cfg.dialogue.max_turns == 15
+        assert cfg.dialogue.max_new_tokens == 500 and cfg.controller.update_every == 10
