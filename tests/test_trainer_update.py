@@ -165,3 +165,28 @@ def test_shared_prefix_sampling_matches_plain_batched_sampling(tiny):
         next(model.parameters()).add_(0.0)  # any in-place weight update
     shared_policy.sample(requests)
     assert shared_policy._prefix[0] != key  # ... makes it recompute
+
+
+def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_runs_the_prompt_once(tiny):
+    from sead.trainer.update import shared_prompt_length
+
+    model, _ = tiny
+    torch.manual_seed(3)
+    prompt, head = torch.randint(5, 400, (40,)), torch.randint(5, 400, (6,))  # every reply starts alike
+    seqs = []
+    for n, reply_at in ((20, 3), (26, 5), (12, 2)):  # own tokens after the prompt; agent tokens from reply_at
+        ids = torch.cat([prompt, head, torch.randint(5, 400, (n,))])
+        mask = torch.zeros_like(ids)
+        mask[40 + reply_at:] = 1
+        seqs.append(Sequence(ids, mask, 1.0))
+    assert shared_prompt_length(seqs) == 40 + 2 - 1  # stops where the first agent token is predicted
+    passes = []  # (rows, positions, carries a gradient) of each trunk pass
+    handle = model.model.norm.register_forward_hook(
+        lambda _m, _i, out: passes.append((*out.shape[:2], out.requires_grad)))
+    shared = masked_logprobs(model, seqs, temperature=0.7, with_entropy=True)
+    handle.remove()
+    full = masked_logprobs(model, seqs, temperature=0.7, with_entropy=True, share_prefix=False)
+    for a, b in zip(shared.logps + shared.entropies, full.logps + full.entropies):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
+    # the prompt once, without gradient; then only each row's own tokens, with gradient
+    assert passes == [(1, 41, False), (3, 40 + 6 + 26 - 41, True)]

@@ -49,7 +49,9 @@ def draw_state_heatmaps(path: str | Path, dims: Sequence[str], axes_values: Sequ
             for i in range(grid.shape[0]):
                 for j in range(grid.shape[1]):
                     if not np.isnan(grid[i, j]):
-                        ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7, color="white")
+                        v = grid[i, j]  # counts print as integers, rates with two decimals
+                        ax.text(j, i, f"{v:.0f}" if v.is_integer() else f"{v:.2f}", ha="center", va="center",
+                                fontsize=7, color="white")
             fig.colorbar(im, ax=ax, fraction=0.046)
     if title:
         fig.suptitle(title)

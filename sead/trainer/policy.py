@@ -26,6 +26,14 @@ class SamplingConfig:
     top_k: int = 0             # 0 = off
 
 
+def common_prefix_length(rows, limit: int) -> int:
+    """How many leading tokens all rows share, at most `limit`."""
+    first, k = rows[0], 0
+    while k < limit and all(int(r[k]) == int(first[k]) for r in rows):
+        k += 1
+    return k
+
+
 class HFPolicy(BatchingPolicy):
     name = "hf"
 
@@ -93,10 +101,7 @@ class HFPolicy(BatchingPolicy):
 
     def _shared_length(self, prompts: list[list[int]]) -> int:
         """Length of the common prefix, leaving every row at least one token of its own (0 if too short)."""
-        first, n = prompts[0], min(len(p) for p in prompts) - 1
-        k = 0
-        while k < n and all(p[k] == first[k] for p in prompts):
-            k += 1
+        k = common_prefix_length(prompts, min(len(p) for p in prompts) - 1)
         return k if k >= self.min_prefix else 0
 
     def _prefix_cache(self, prefix: list[int], rows: int):

@@ -12,6 +12,7 @@ from sead.dialogue.episode import Episode
 from sead.trainer.lora import is_lora
 from sead.trainer.losses import (clipped_policy_loss, clipped_value_loss, entropy_from_logits, gae, grpo_advantages,
                                  low_var_kl, token_mean)
+from sead.trainer.policy import common_prefix_length
 
 
 @dataclass
@@ -49,6 +50,9 @@ class Sequence:
     returns: torch.Tensor | None = None
 
 
+MIN_SHARED_PREFIX = 16  # below this, a separate prefix pass costs more than it saves
+
+
 class Scored(NamedTuple):
     logps: list[torch.Tensor]
     entropies: list[torch.Tensor] | None
@@ -73,20 +77,42 @@ def build_sequences(episodes: list[Episode], rewards: list[float], groups: list[
     return seqs, stats
 
 
-def masked_logprobs(model, seqs: list[Sequence], temperature: float, with_entropy: bool = False):
+def shared_prompt_length(seqs: list[Sequence], min_prefix: int = MIN_SHARED_PREFIX) -> int:
+    """Leading tokens every sequence shares (the SOP prompt), stopping before the position that predicts the
+    first agent token of any of them, so every trained prediction is computed with a gradient. 0 when short."""
+    first_agent = min((int(s.mask.nonzero()[0, 0]) if s.mask.any() else len(s.ids) for s in seqs))
+    k = common_prefix_length([s.ids for s in seqs], first_agent - 1)
+    return k if k >= min_prefix else 0
+
+
+def masked_logprobs(model, seqs: list[Sequence], temperature: float, with_entropy: bool = False,
+                    share_prefix: bool = True):
     """Log-probs (and entropies) of the agent tokens of each sequence, one padded forward for all of them.
+
+    The SOP prompt all sequences start with goes through the trunk once, without gradient, and its key/value
+    cache serves every row (the prompt's own KV gets no gradient; every prediction of an agent token does).
     Only positions that predict an agent token go through the LM head: the full-vocabulary logits of the
     prompt and user text are never materialised."""
     device = next(model.parameters()).device
-    width = max(len(s.ids) for s in seqs)
+    shared = shared_prompt_length(seqs) if share_prefix else 0
+    cache = None
+    if shared:
+        with torch.no_grad():
+            cache = model(input_ids=seqs[0].ids[None, :shared].to(device), use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(seqs))
+    width = max(len(s.ids) for s in seqs) - shared
     ids = torch.zeros((len(seqs), width), dtype=torch.long)
-    attn = torch.zeros_like(ids)
+    attn = torch.zeros((len(seqs), shared + width), dtype=torch.long)
+    attn[:, :shared] = 1
     target = torch.zeros_like(ids, dtype=torch.bool)
     for i, s in enumerate(seqs):
-        ids[i, : len(s.ids)], attn[i, : len(s.ids)] = s.ids, 1
-        target[i, : len(s.ids)] = s.mask.bool()
+        own = len(s.ids) - shared
+        ids[i, :own], attn[i, shared:shared + own] = s.ids[shared:], 1
+        target[i, :own] = s.mask[shared:].bool()
     ids, attn, target = ids.to(device), attn.to(device), target.to(device)
-    hidden = model(input_ids=ids, attention_mask=attn, output_hidden_states=True, logits_to_keep=1).hidden_states[-1]
+    positions = torch.arange(shared, shared + width, device=device).expand(len(seqs), -1)
+    hidden = model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
+                   output_hidden_states=True, logits_to_keep=1).hidden_states[-1]
     pick = target[:, 1:]  # hidden state at t predicts token t+1
     logits = model.get_output_embeddings()(hidden[:, :-1][pick]).float() / temperature
     logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:][pick][:, None]).squeeze(-1)
