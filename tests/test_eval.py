@@ -184,3 +184,11 @@ def test_api_agent_against_an_api_user_simulator(tmp_path, restaurant, capsys):
     assert results["settings"]["user_simulator"]["model"] == "user-y"
     assert sent[0]["temperature"] == 0.7 and sent[0]["top_p"] == 0.9 and sent[0]["max_tokens"] == 512
     assert sent[0]["messages"][0]["role"] == "system"  # the SOP prompt, then the dialogue as chat turns
+
+
+def test_the_cpu_preset_shortens_evaluation():
+    from sead.config import load_config
+
+    assert load_config([]).eval.limit is None and load_config([]).eval.max_new_tokens == 512
+    cpu = load_config(["preset=cpu"]).eval
+    assert cpu.limit == 16 and cpu.max_new_tokens == 64 and cpu.sampling.temperature == 0.7
