@@ -1,6 +1,8 @@
 """Speed of the embedded trainer's two hot paths on SmolLM2-135M, each against its naive version on the same batch:
 
 1. generation: sampling with the shared SOP-prompt KV cache vs plain left-padded batched sampling (tokens/s);
+   and over whole dialogues (each turn's prompt extends the last), keeping each dialogue's KV between turns vs
+   running its whole history again every turn;
 2. training forward + backward of the agent tokens' log-probs, three ways: the naive full-vocabulary logits
    of every position; the LM head only where agent tokens are predicted; and that plus the shared SOP prompt
    run once without gradient, its KV cache serving every row (what the trainer does).
@@ -32,11 +34,24 @@ def timed(fn, repeats):
     return best
 
 
+def dialogues(model, tok, prompts, args, turn_cache_mb: float) -> None:
+    """Greedy dialogues as the runner builds them: every turn's prompt is the last one plus the reply and a
+    ~30-token user turn in the chat template. Both settings give the same tokens (tests/test_policy_sampling.py)."""
+    policy = HFPolicy(model, tok, SamplingConfig(temperature=0.0), turn_cache_mb=turn_cache_mb)
+    prompts = list(prompts)
+    for t in range(args.turns):
+        outs = policy.sample([AgentRequest(p, [], args.new_tokens, seed=i) for i, p in enumerate(prompts)])
+        user = "<|im_start|>user\n<response>Hm. Okay, and what does it cost me, exactly? Tell me.</response>" \
+               f"<|im_end|>\n<|im_start|>assistant\n"
+        prompts = [p + o.token_ids + tok(user, add_special_tokens=False)["input_ids"] for p, o in zip(prompts, outs)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--turns", type=int, default=6, help="turns per dialogue in the multi-turn generation test")
     args = ap.parse_args()
     torch.manual_seed(0)
     model, tok, _ = load_model(ModelConfig(preset="smollm2"))
@@ -48,11 +63,14 @@ def main() -> None:
                for i in range(args.rows)]
     requests = [AgentRequest(p, [], args.new_tokens, seed=i) for i, p in enumerate(prompts)]
     sampling = SamplingConfig(temperature=0.0)
-    plain, shared = HFPolicy(model, tok, sampling, share_prefix=False), HFPolicy(model, tok, sampling)
+    plain = HFPolicy(model, tok, sampling, share_prefix=False, turn_cache_mb=0)
+    shared = HFPolicy(model, tok, sampling, turn_cache_mb=0)
     shared.sample(requests[:1])  # the prefix cache is built once per weights version; a step reuses it
     n_new = args.rows * args.new_tokens
     t_plain = timed(lambda: plain.sample(requests), args.repeats)
     t_shared = timed(lambda: shared.sample(requests), args.repeats)
+
+    t_recompute, t_turn_cache = (timed(lambda: dialogues(model, tok, prompts, args, mb), 1) for mb in (0, 4096))
 
     seqs = []
     for p in prompts:
@@ -86,13 +104,17 @@ def main() -> None:
         "rows": args.rows, "prompt_tokens": len(base), "new_tokens_per_row": args.new_tokens,
         "generation_tok_s": {"plain": n_new / t_plain, "shared_prefix": n_new / t_shared},
         "generation_speedup": t_plain / t_shared,
+        "dialogue_generation_s": {"turns": args.turns, "recompute_history": t_recompute,
+                                  "turn_cache": t_turn_cache},
+        "turn_cache_speedup": t_recompute / t_turn_cache,
         "train_forward_backward_s": {"full_logits": t_full, "agent_positions_only": t_picked,
                                      "agent_positions_and_shared_prompt": t_prefix},
         "train_speedup_vs_full_logits": t_full / t_prefix, "shared_prompt_speedup": t_picked / t_prefix,
         "agent_tokens": agent_tokens,
     }
     print(json.dumps(result, indent=2))
-    print(f"generation: shared prefix {t_plain / t_shared:.2f}x plain; training forward+backward: "
+    print(f"generation: shared prefix {t_plain / t_shared:.2f}x plain; over {args.turns}-turn dialogues, turn cache "
+          f"{t_recompute / t_turn_cache:.2f}x recomputing the history; training forward+backward: "
           f"agent-positions-only LM head {t_full / t_picked:.2f}x full logits, plus the shared prompt "
           f"{t_picked / t_prefix:.2f}x more ({t_full / t_prefix:.2f}x the naive forward)")
 

@@ -128,6 +128,13 @@ def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates
     # no start-of-run validation was asked for, but the policy the run ends with is always measured
     assert [p.name for p in (warmed / "validation").glob("iter_*.json")] == ["iter_000.json"]
 
+    capped = train(load_config([*TINY, f"run_dir={tmp_path / 'capped'}", "trainer.iterations=1",
+                                "trainer.warmup.dialogues=4", "trainer.warmup.max_minutes=0.0001"]))
+    summary = json.loads((capped / "warmup" / "summary.json").read_text())
+    # the warm-up's own cap ends fine-tuning (playing the dialogues already took longer than 6 ms); RL still runs
+    assert summary["stopped_by_time"] and summary["sequences_trained"] == 0 and summary["nll_first"] is None
+    assert reward_steps(capped) == [1, 2]
+
 
 def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path):
     run = train(load_config([*TINY, "trainer.iterations=1", f"run_dir={tmp_path / 'run'}",

@@ -142,31 +142,6 @@ def test_ppo_update_trains_a_value_head_toward_the_returns(tiny):
     assert upd.value_head.weight.abs().sum() > 0
 
 
-def test_shared_prefix_sampling_matches_plain_batched_sampling(tiny):
-    from sead.dialogue import AgentRequest
-    from sead.trainer.policy import HFPolicy, SamplingConfig
-
-    model, tok = tiny
-    prefix = tok.encode("You are Alex. Follow the SOP and answer in tags. " * 8, add_special_tokens=False)
-    requests = [AgentRequest(prefix + tok.encode(f" user says {i} " * (i + 1), add_special_tokens=False), [], 12,
-                             seed=100 + i) for i in range(3)]
-    for sampling in (SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0, top_p=0.9)):
-        plain = HFPolicy(model, tok, sampling, share_prefix=False).sample(requests)
-        shared_policy = HFPolicy(model, tok, sampling)
-        shared = shared_policy.sample(requests)
-        assert shared_policy._prefix is not None and len(shared_policy._prefix[0][0]) >= len(prefix)
-        for a, b in zip(plain, shared):
-            assert a.token_ids == b.token_ids
-            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
-    key = shared_policy._prefix[0]
-    shared_policy.sample(requests)
-    assert shared_policy._prefix[0] == key  # same weights: the cached prefix is reused
-    with torch.no_grad():
-        next(model.parameters()).add_(0.0)  # any in-place weight update
-    shared_policy.sample(requests)
-    assert shared_policy._prefix[0] != key  # ... makes it recompute
-
-
 def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_runs_the_prompt_once(tiny):
     from sead.trainer.update import shared_prompt_length
 

@@ -4,26 +4,24 @@ Concurrent episodes call `generate`; requests that arrive together are sampled a
 with its own generator seeded from the request, so a dialogue's tokens do not depend on which other dialogues
 happened to share its batch (that is what makes a resumed run replay exactly).
 
-Every dialogue starts with the same SOP prompt, so the key/value cache of the prompt tokens all rows share is
-computed once and reused (until the weights change): each row then only runs its own suffix. Rows are laid out
-as [shared prefix | padding | own suffix], with position ids that continue the prefix.
+Two caches spare the model work it has done before (both are dropped when the weights change):
+- every dialogue starts with the same SOP prompt, so the keys/values of the prefix all rows share are computed
+  once and serve every row;
+- each dialogue's own keys/values are kept between its turns (`TurnCache`), so a turn runs only the tokens
+  added since the dialogue's previous turn.
+A batch is laid out as [shared prefix | pad | row's cached turns | pad | row's new tokens], with an attention
+mask over the pads and position ids that continue each row's own sequence.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
-
 import torch
 
 from sead.dialogue.agent import AgentOutput, AgentRequest, BatchingPolicy
+from sead.trainer.sampling import SamplingConfig, pick_tokens
+from sead.trainer.turn_cache import CachedTurn, GrowingCache, TurnCache
 
-
-@dataclass
-class SamplingConfig:
-    temperature: float = 1.2   # 0 = greedy
-    top_p: float = 0.95
-    top_k: int = 0             # 0 = off
+__all__ = ["HFPolicy", "SamplingConfig", "common_prefix_length"]
 
 
 def common_prefix_length(rows, limit: int) -> int:
@@ -34,16 +32,22 @@ def common_prefix_length(rows, limit: int) -> int:
     return k
 
 
+def weights_version(model) -> int:
+    """Changes with every in-place update of the parameters (their version counters)."""
+    return sum(p._version for p in model.parameters())
+
+
 class HFPolicy(BatchingPolicy):
     name = "hf"
 
     def __init__(self, model, tokenizer, sampling: SamplingConfig, *, max_batch: int = 16, label: str = "",
-                 share_prefix: bool = True, min_prefix: int = 16):
+                 share_prefix: bool = True, min_prefix: int = 16, turn_cache_mb: float = 4096):
         super().__init__(max_batch)
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.label = label
         self.share_prefix, self.min_prefix = share_prefix, min_prefix
-        self._prefix: tuple[tuple, object] | None = None  # ((prefix ids, weights version), cache)
+        self._prefix: tuple[tuple, tuple[int, ...], list] | None = None  # (weights version, prefix ids, its KV)
+        self.turns = TurnCache(turn_cache_mb)
         self.generated_tokens = 0
 
     def identity(self) -> dict:
@@ -51,88 +55,107 @@ class HFPolicy(BatchingPolicy):
 
     @torch.no_grad()
     def sample(self, requests: list[AgentRequest]) -> list[AgentOutput]:
-        model, s = self.model, self.sampling
+        model = self.model
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
-        prompts = [r.prompt_ids for r in requests]
-        shared = self._shared_length(prompts) if self.share_prefix else 0
-        past = self._prefix_cache(prompts[0][:shared], len(requests)) if shared else None
-        width = max(len(p) for p in prompts) - shared
-        ids = torch.full((len(requests), width), pad, dtype=torch.long)
-        attn = torch.zeros((len(requests), shared + width), dtype=torch.long)
-        attn[:, :shared] = 1
+        version = weights_version(model)
+        self.turns.for_weights(version)
+        prompts = [tuple(r.prompt_ids) for r in requests]
+        prefix, prefix_kv = self._shared_prefix(prompts, version)
+        hits = [self.turns.lookup(p, prefix) if self.turns.enabled else None for p in prompts]
+        P, rows = len(prefix), len(requests)
+        cached = [len(h.ids) - P if h else 0 for h in hits]      # each row's own positions already computed
+        new = [p[P + c:] for p, c in zip(prompts, cached)]       # what this call runs through the model
+        C, S = max(cached), max(len(n) for n in new)
+        ids = torch.full((rows, S), pad, dtype=torch.long)
+        attn = torch.zeros((rows, P + C + S), dtype=torch.long)
+        attn[:, :P] = 1
         pos = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):
-            own = p[shared:]
-            ids[i, width - len(own):] = torch.tensor(own)
-            attn[i, shared + width - len(own):] = 1
-            pos[i, width - len(own):] = torch.arange(shared, len(p))
+        for i, (c, own) in enumerate(zip(cached, new)):
+            attn[i, P + C - c:P + C] = 1
+            ids[i, S - len(own):] = torch.tensor(own)
+            attn[i, P + C + S - len(own):] = 1
+            pos[i, S - len(own):] = torch.arange(P + c, P + c + len(own))
         ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
+        past = self._batch_cache(prefix_kv, hits, cached, C, rows) if P + C else GrowingCache()
         gens = [torch.Generator().manual_seed(int(r.seed) & 0x7FFFFFFF) for r in requests]
         limits = [r.max_new_tokens for r in requests]
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lp: list[list[float]] = [[] for _ in requests]
-        done = [False] * len(requests)
-        step = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True)
+        live = list(range(rows))  # rows still sampling
+        step = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True,
+                     logits_to_keep=1)
         cache, last_pos = step.past_key_values, pos[:, -1]
-        for t in range(max(limits)):
-            logits = step.logits[:, -1].float().cpu()
-            nxt = torch.full((len(requests),), pad, dtype=torch.long)
-            for i in range(len(requests)):
-                if done[i]:
-                    continue
-                tok, lp = self._pick(logits[i], gens[i])
+        nxt = torch.full((rows,), pad, dtype=torch.long)
+        for _ in range(max(limits)):
+            logits = step.logits[live, -1].float().cpu()
+            toks, lps = pick_tokens(logits, [gens[i] for i in live], self.sampling)
+            for i, tok, lp in zip(live, toks.tolist(), lps.tolist()):
                 out_ids[i].append(tok)
                 out_lp[i].append(lp)
                 nxt[i] = tok
-                done[i] = tok == eos or len(out_ids[i]) >= limits[i]
-            if all(done):
+            live = [i for i in live if out_ids[i][-1] != eos and len(out_ids[i]) < limits[i]]
+            if not live:
                 break
-            attn = torch.cat([attn, torch.ones((len(requests), 1), dtype=attn.dtype, device=device)], dim=1)
+            attn = torch.cat([attn, torch.ones((rows, 1), dtype=attn.dtype, device=device)], dim=1)
             last_pos = last_pos + 1
             step = model(input_ids=nxt[:, None].to(device), attention_mask=attn, position_ids=last_pos[:, None],
                          past_key_values=cache, use_cache=True)
             cache = step.past_key_values
+        if self.turns.enabled:
+            self._keep_turns(cache, prompts, prefix, hits, cached, new, out_ids, C, S)
         model.train(was_training)
         self.generated_tokens += sum(len(o) for o in out_ids)
         return [AgentOutput(i, lp) for i, lp in zip(out_ids, out_lp)]
 
-    def _shared_length(self, prompts: list[list[int]]) -> int:
-        """Length of the common prefix, leaving every row at least one token of its own (0 if too short)."""
-        k = common_prefix_length(prompts, min(len(p) for p in prompts) - 1)
-        return k if k >= self.min_prefix else 0
+    def _shared_prefix(self, prompts: list[tuple[int, ...]], version) -> tuple[tuple[int, ...], list | None]:
+        """The prefix every row shares and its keys/values. The last one computed is kept while every prompt
+        still starts with it and the weights are unchanged, so the dialogues' cached turns stay usable."""
+        if not self.share_prefix:
+            return (), None
+        shortest = min(len(p) for p in prompts)
+        if self._prefix is not None:
+            v, ids, kv = self._prefix
+            if v == version and len(ids) < shortest and all(p[:len(ids)] == ids for p in prompts):
+                return ids, kv
+        k = common_prefix_length(prompts, shortest - 1)  # every row keeps at least one token of its own
+        if k < self.min_prefix:
+            return (), None
+        ids = prompts[0][:k]
+        device = next(self.model.parameters()).device
+        out = self.model(input_ids=torch.tensor([ids], device=device), use_cache=True, logits_to_keep=1)
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        self._prefix = (version, ids, kv)
+        return ids, kv
 
-    def _prefix_cache(self, prefix: list[int], rows: int):
-        """A per-batch copy of the prefix's KV cache, recomputed only when the prefix or the weights changed
-        (every in-place weight update bumps the parameters' version counters)."""
-        version = sum(p._version for p in self.model.parameters())
-        key = (tuple(prefix), version)
-        if self._prefix is None or self._prefix[0] != key:
-            device = next(self.model.parameters()).device
-            out = self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
-            self._prefix = (key, out.past_key_values)
-        cache = copy.deepcopy(self._prefix[1])
-        cache.batch_repeat_interleave(rows)
+    def _batch_cache(self, prefix_kv, hits, cached, C: int, rows: int):
+        """One cache for the batch: the shared prefix in every row, then each row's cached turns right-aligned."""
+        cache = GrowingCache()
+        layers = len(prefix_kv) if prefix_kv else len(next(h for h in hits if h).kv)
+        for layer in range(layers):
+            parts = []
+            for j in (0, 1):  # keys, values
+                ref = prefix_kv[layer][j] if prefix_kv else next(h for h in hits if h).kv[layer][j]
+                own = ref.new_zeros((rows, ref.shape[1], C, ref.shape[3]))
+                for i, (h, c) in enumerate(zip(hits, cached)):
+                    if c:
+                        own[i, :, C - c:] = h.kv[layer][j][0]
+                parts.append(torch.cat([prefix_kv[layer][j].expand(rows, -1, -1, -1), own], dim=2)
+                             if prefix_kv else own)
+            cache.update(parts[0], parts[1], layer)
         return cache
 
-    def _pick(self, logits: torch.Tensor, gen: torch.Generator) -> tuple[int, float]:
-        s = self.sampling
-        if s.temperature <= 0:
-            tok = int(logits.argmax())
-            return tok, float(torch.log_softmax(logits, -1)[tok])
-        scaled = logits / s.temperature
-        logp = torch.log_softmax(scaled, -1)
-        filtered = scaled.clone()
-        if s.top_k and s.top_k > 0:
-            kth = torch.topk(filtered, min(s.top_k, filtered.numel())).values[-1]
-            filtered[filtered < kth] = float("-inf")
-        if s.top_p < 1.0:
-            order = torch.argsort(filtered, descending=True)
-            probs = torch.softmax(filtered[order], -1)
-            cut = torch.cumsum(probs, -1) - probs > s.top_p  # keep the smallest set reaching top_p
-            filtered[order[cut]] = float("-inf")
-        tok = int(torch.multinomial(torch.softmax(filtered, -1), 1, generator=gen))
-        # The log-prob under the temperature-scaled policy: what the training forward computes.
-        return tok, float(logp[tok])
+    def _keep_turns(self, cache, prompts, prefix, hits, cached, new, out_ids, C: int, S: int) -> None:
+        """Store each row's own keys/values: its cached turns, its new tokens and the tokens it sampled (all but
+        the last, which was never run through the model)."""
+        P = len(prefix)
+        for i, prompt in enumerate(prompts):
+            n = len(out_ids[i]) - 1
+            keep = torch.cat([torch.arange(P + C - cached[i], P + C), torch.arange(P + C + S - len(new[i]), P + C + S),
+                              torch.arange(P + C + S, P + C + S + n)]).to(cache.layers[0].keys.device)
+            kv = [(layer.keys[i:i + 1].index_select(2, keep), layer.values[i:i + 1].index_select(2, keep))
+                  for layer in cache.layers]
+            self.turns.store(CachedTurn(prompt + tuple(out_ids[i][:n]), prefix, kv),
+                             replaces=hits[i].ids if hits[i] else None)

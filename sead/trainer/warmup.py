@@ -9,6 +9,7 @@ mask are built exactly as in RL, and the loss is the mean negative log-likelihoo
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, replace
 
 import torch
@@ -28,10 +29,12 @@ class WarmupConfig:
     seed: int = 77
     max_turns: int = 15         # the reference agent's dialogues run to their natural end ...
     max_new_tokens: int = 200   # ... with room for its full tag block, whatever the RL settings are
+    max_minutes: float | None = None  # stop fine-tuning when the warm-up has taken this long (None = off)
 
 
 async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
     """Play the reference agent, then fine-tune the policy on its turns. Returns summary numbers."""
+    started = time.perf_counter()
     agent = ReferenceAgent(trainer.scenario, trainer.tokenizer)
     profiles = trainer.controller_for_warmup.sample(cfg.dialogues)
     jobs = [EpisodeJob(p, seed=cfg.seed * 104_729 + i, episode_id=f"warmup{i}") for i, p in enumerate(profiles)]
@@ -51,10 +54,13 @@ async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
     order = random.Random(cfg.seed)
     task = progress.add_task("warm-up fine-tuning", total=cfg.epochs * max(1, -(-len(seqs) // cfg.micro_batch)))
     model.train()
-    losses = []
+    losses, trained = [], 0
+    deadline = None if cfg.max_minutes is None else started + 60 * cfg.max_minutes
     for _ in range(cfg.epochs):
         order.shuffle(seqs)
         for i in range(0, len(seqs), cfg.micro_batch):
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
             batch = seqs[i:i + cfg.micro_batch]
             logps = masked_logprobs(model, batch, temperature=1.0).logps
             loss = -torch.cat(logps).mean()
@@ -63,8 +69,16 @@ async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             losses.append(float(loss.detach()))
+            trained += len(batch)
             progress.advance(task)
     progress.remove_task(task)
     return {"dialogues": len(episodes), "imitated": len(chosen), "sequences": len(seqs),
+            "sequences_trained": trained, "stopped_by_time": trained < cfg.epochs * len(seqs),
+            "minutes": (time.perf_counter() - started) / 60,
             "reference_CR": sum(e.success for e in episodes) / max(1, len(episodes)),
-            "nll_first": losses[0] if losses else None, "nll_last": losses[-1] if losses else None}
+            # means of the first and last (up to) five optimiser steps: one dialogue's loss alone is noisy
+            "nll_first": _mean(losses[:5]), "nll_last": _mean(losses[-5:])}
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None

@@ -1,0 +1,117 @@
+"""Keys and values of each dialogue kept between its turns, so a turn only runs the tokens added since the last.
+
+A dialogue's context grows turn by turn and the runner never re-tokenises it: the prompt of turn t+1 starts
+with the prompt of turn t and the tokens sampled for it. Without this cache every turn runs the whole history
+through the model again (most of generation's cost on CPU); with it, only the user's new message does.
+
+Entries are keyed by the token ids they cover and hold the keys/values of the positions after the shared SOP
+prefix (the prefix has one copy, in the policy). A lookup takes the longest entry that is a prefix of the new
+prompt. Entries are dropped least-recently-used beyond a memory budget, and all of them when the weights change,
+so a miss only costs the recomputation.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys and values, (1, heads, positions, head dim)
+
+
+@dataclass
+class CachedTurn:
+    ids: tuple[int, ...]    # every token the entry covers, prefix included
+    prefix: tuple[int, ...]  # the shared prefix its keys/values follow
+    kv: KV                  # positions len(prefix) .. len(ids)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
+
+
+class TurnCache:
+    def __init__(self, budget_mb: float):
+        self.budget = int(budget_mb * 2**20)
+        self._entries: OrderedDict[tuple[int, ...], CachedTurn] = OrderedDict()
+        self._bytes = 0
+        self._version = None
+        self.hits = self.misses = self.reused_tokens = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget > 0
+
+    def for_weights(self, version) -> None:
+        """Forget everything computed with other weights."""
+        if version != self._version:
+            self._entries.clear()
+            self._bytes, self._version = 0, version
+
+    def lookup(self, prompt: tuple[int, ...], prefix: tuple[int, ...]) -> CachedTurn | None:
+        """The longest entry after `prefix` whose ids start `prompt`, leaving the prompt at least one new token."""
+        best = None
+        for key, entry in self._entries.items():
+            if (len(prefix) < len(key) < len(prompt) and (best is None or len(key) > len(best.ids))
+                    and entry.prefix == prefix and prompt[:len(key)] == key):
+                best = entry
+        if best is None:
+            self.misses += 1
+        else:
+            self._entries.move_to_end(best.ids)
+            self.hits += 1
+            self.reused_tokens += len(best.ids) - len(prefix)
+        return best
+
+    def store(self, entry: CachedTurn, replaces: tuple[int, ...] | None = None) -> None:
+        """Keep `entry`; `replaces`: the entry it extends (its dialogue has moved on, so it is dropped)."""
+        if not self.enabled:
+            return
+        for key in (replaces, entry.ids):
+            old = self._entries.pop(key, None) if key is not None else None
+            if old is not None:
+                self._bytes -= old.nbytes
+        self._entries[entry.ids] = entry
+        self._bytes += entry.nbytes
+        while self._bytes > self.budget and self._entries:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= old.nbytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class _GrowingLayer(DynamicLayer):
+    """A cache layer that writes new positions into spare capacity instead of concatenating: decoding a token
+    then costs no copy of the whole cache (transformers' DynamicLayer copies it every step)."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self._kbuf = self._vbuf = None
+            self._len = 0
+        end = self._len + key_states.shape[-2]
+        if self._kbuf is None or end > self._kbuf.shape[-2]:
+            capacity = max(end + 128, 2 * (0 if self._kbuf is None else self._kbuf.shape[-2]))
+            kbuf = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
+            vbuf = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
+            if self._len:
+                kbuf[..., :self._len, :] = self._kbuf[..., :self._len, :]
+                vbuf[..., :self._len, :] = self._vbuf[..., :self._len, :]
+            self._kbuf, self._vbuf = kbuf, vbuf
+        self._kbuf[..., self._len:end, :] = key_states
+        self._vbuf[..., self._len:end, :] = value_states
+        self._len = end
+        self.keys, self.values = self._kbuf[..., :end, :], self._vbuf[..., :end, :]
+        return self.keys, self.values
+
+
+class GrowingCache(DynamicCache):
+    """A DynamicCache of `_GrowingLayer`s (about 20 % faster decoding at 32-64 rows on CPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer_class_to_replicate = _GrowingLayer
