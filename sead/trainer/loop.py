@@ -79,9 +79,10 @@ class Trainer:
             self.ref = ref_model.eval().requires_grad_(False) if self.tc.update.kl_coef else None
         total = self.tc.iterations * self.tc.steps_per_iteration
         self.updater = Updater(self.model, self.ref, self.tc.update, total)
-        self.policy = HFPolicy(self.model, self.tokenizer, self.tc.sampling, max_batch=self.tc.max_batch, label=label)
-        self.val_policy = HFPolicy(self.model, self.tokenizer, self.tc.validation.sampling,
-                                   max_batch=self.tc.max_batch, label=label)
+        self.policy, self.val_policy = (
+            HFPolicy(self.model, self.tokenizer, sampling, max_batch=self.tc.max_batch, label=label,
+                     turn_cache_mb=self.tc.turn_cache_mb)
+            for sampling in (self.tc.sampling, self.tc.validation.sampling))
         if resume:
             path, state = resume
             load_training_state(path, self.updater)
@@ -116,6 +117,7 @@ class Trainer:
             episodes = await run_batch(jobs, scenario=self.scenario, agent=policy, user=self.user,
                                        tokenizer=self.tokenizer, cfg=self.runner_cfg, log=rlog,
                                        on_done=lambda ep: progress.advance(task), score=self._score)
+        policy.turns.clear()  # finished dialogues: their keys/values would only hold memory until the next phase
         progress.remove_task(task)
         return episodes
 

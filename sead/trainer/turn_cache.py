@@ -48,8 +48,12 @@ class TurnCache:
     def for_weights(self, version) -> None:
         """Forget everything computed with other weights."""
         if version != self._version:
-            self._entries.clear()
-            self._bytes, self._version = 0, version
+            self.clear()
+            self._version = version
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
 
     def lookup(self, prompt: tuple[int, ...], prefix: tuple[int, ...]) -> CachedTurn | None:
         """The longest entry after `prefix` whose ids start `prompt`, leaving the prompt at least one new token."""
