@@ -1,5 +1,5 @@
-"""Contract tests against the installed verl 0.9.1, on CPU. Everything that imports verl is in this one file:
-each process pays about 12 s for `import verl` once.
+"""Contract tests against the installed verl 0.9.1, on CPU, in one process (Ray-local runs are in
+test_verl_cpu_end_to_end.py). Each process pays about 12 s for `import verl` once.
 
 What they pin: every verl symbol the adapter uses still exists where we import it; the plugin entry point
 registers the agent loop; SEAD's agent loop inside verl's own AgentLoopWorker yields the ids and loss mask the
@@ -9,7 +9,6 @@ SEAD's overrides compose with verl's Hydra config and pass verl's own config val
 
 import asyncio
 import inspect
-import json
 
 import numpy as np
 import pytest
@@ -32,14 +31,13 @@ from verl.workers.rollout.replica import TokenOutput
 
 from sead.agents import ReferenceAgent
 from sead.config import load_config
-from sead.dialogue.episode import Episode
 from sead.dialogue.runner import run_episode
-from sead.reward import compute_reward
 from sead.verl_backend.agent_loop import AGENT_NAME, SEADDialogueAgentLoop
-from sead.verl_backend.episode_io import episode_seed, extra_fields, load_context
+from sead.verl_backend.episode_io import extra_fields, load_context
 from sead.verl_backend.launcher import compose_verl_config
 from sead.verl_backend.outer_loop import VerlTrainer
-from verl_fakes import FAKE_LOGPROB, ChatMLServer, verl_run_config
+from verl_fakes import (ChatMLServer, agent_loop_batch, assert_matches_embedded_runner, episode_reward,
+                        trainer_and_verl_config, verl_run_config)
 
 
 def test_the_verl_symbols_the_adapter_relies_on():
@@ -55,66 +53,20 @@ def test_the_verl_symbols_the_adapter_relies_on():
     assert _agent_loop_registry[AGENT_NAME]["_target_"] == "sead.verl_backend.agent_loop.SEADDialogueAgentLoop"
 
 
-def _trainer_and_verl_config(cfg, *overrides):
-    trainer = VerlTrainer(cfg, runner=None)
-    return trainer, compose_verl_config([*trainer.prepare_iteration(0), *overrides])
-
-
-def _episode_reward(ep, ctx):
-    return compute_reward(ep, ctx.weights, ctx.scenario.space, num_stages=len(ctx.scenario.stages),
-                          max_turns=ctx.runner_cfg.max_turns).total
-
-
 def test_agent_loop_in_verl_worker_matches_the_embedded_runner(tmp_path):
     cfg, scenario = verl_run_config(tmp_path)
-    trainer, config = _trainer_and_verl_config(cfg, "actor_rollout_ref.rollout.n=1")
+    trainer, config = trainer_and_verl_config(cfg, "actor_rollout_ref.rollout.n=1")
     ctx = load_context(trainer.run_dir / "config.yaml")
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     server = ChatMLServer(scenario, tokenizer, TokenOutput)
     worker = AgentLoopWorker(config, llm_client=server, reward_loop_worker_handles=None)
-    rows = trainer._rows(trainer.controller.sample(3), "train")
     step = 3  # what the V1 worker passes as global_steps; session_id is the rollout's index in its group
-    raw_prompts = np.empty(len(rows), dtype=object)
-    raw_prompts[:] = [r["prompt"] for r in rows]
-    batch = DataProto.from_dict(
-        tensors={"dummy": torch.zeros(len(rows), 1)},
-        non_tensors={"raw_prompt": raw_prompts,
-                     "extra_info": np.array([r["extra_info"] for r in rows], dtype=object),
-                     "index": np.arange(len(rows)), "agent_name": np.array([AGENT_NAME] * len(rows), dtype=object),
-                     "data_source": np.array(["sead"] * len(rows), dtype=object),
-                     "global_steps": np.array([step] * len(rows)), "session_id": np.zeros(len(rows), dtype=int)})
+    batch = agent_loop_batch(trainer._rows(trainer.controller.sample(3), "train"), step=step)
     out = asyncio.run(worker.generate_sequences(batch))
 
-    records = [json.loads(l) for l in (trainer.run_dir / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()]
-    assert len(records) == 3
-    width = config.actor_rollout_ref.rollout.response_length
-    turns = []
-    for i, row in enumerate(rows):
-        rec = next(r for r in records if r["meta"]["group"] == i)
-        expected_profile = Episode.from_dict(rec).profile
-        assert expected_profile.to_dict() == json.loads(row["extra_info"]["profile"])
-        embedded = asyncio.run(run_episode(expected_profile, scenario=scenario, agent=ReferenceAgent(scenario, tokenizer),
-                                           user=ctx.user, tokenizer=tokenizer, cfg=ctx.runner_cfg,
-                                           seed=episode_seed(int(cfg.seed), step, i, 0, 1)))
-        seg = embedded.segments[0]
-        n_prompt = len(ctx.first_prompt(tokenizer))
-        prompt = out.batch["prompts"][i]
-        assert prompt[prompt.numel() - n_prompt:].tolist() == seg.ids[:n_prompt]
-        n_resp = len(seg.ids) - n_prompt
-        assert n_resp < width  # nothing cut
-        turns.append(len(embedded.turns))
-        assert out.batch["responses"][i][:n_resp].tolist() == seg.ids[n_prompt:]
-        assert out.batch["response_mask"][i][:n_resp].tolist() == seg.mask[n_prompt:]
-        assert out.batch["response_mask"][i][n_resp:].sum() == 0
-        assert out.batch["attention_mask"][i].sum() == n_prompt + n_resp
-        lp = out.batch["rollout_log_probs"][i][:n_resp]
-        assert torch.allclose(lp, torch.tensor([FAKE_LOGPROB if m else 0.0 for m in seg.mask[n_prompt:]]))
-        assert rec["end_reason"] == embedded.end_reason
-        assert rec["meta"]["reward"]["total"] == _episode_reward(embedded, ctx)
-        assert out.non_tensor_batch["sead_end_reason"][i] == embedded.end_reason
-        assert out.non_tensor_batch["sead_turns"][i] == len(embedded.turns)
-        assert out.non_tensor_batch["sead_profile"][i] == expected_profile.to_dict()
-    assert max(turns) >= 2  # user turns (mask 0) sit between agent turns in at least one dialogue
+    embedded = assert_matches_embedded_runner(out, batch, ctx=ctx, tokenizer=tokenizer, step=step, n=1)
+    assert len(embedded) == 3
+    assert max(len(ep.turns) for ep in embedded) >= 2  # user turns (mask 0) sit between agent turns somewhere
     # Every request the fake server saw was a prompt the embedded runner builds (ids, not re-tokenised text).
     assert all(r["sampling_params"]["max_tokens"] == cfg.dialogue.max_new_tokens for r in server.requests)
     assert len({r["request_id"] for r in server.requests}) == 3
@@ -122,7 +74,7 @@ def test_agent_loop_in_verl_worker_matches_the_embedded_runner(tmp_path):
 
 def test_reward_function_through_verls_reward_manager(tmp_path):
     cfg, scenario = verl_run_config(tmp_path)
-    trainer, config = _trainer_and_verl_config(cfg)
+    trainer, config = trainer_and_verl_config(cfg)
     ctx = load_context(trainer.run_dir / "config.yaml")
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     profile = trainer.controller.sample(1)[0]
@@ -144,7 +96,7 @@ def test_reward_function_through_verls_reward_manager(tmp_path):
         return await NaiveRewardManager(config.reward, tokenizer, get_custom_reward_fn(config)).run_single(data)
 
     result = asyncio.run(score())
-    assert result["reward_score"] == _episode_reward(ep, ctx)
+    assert result["reward_score"] == episode_reward(ep, ctx)
     info = result["reward_extra_info"]
     assert info["sim_error"] == 0 and info["reward_completion"] == float(ep.success)
     with pytest.raises(ValueError, match="sead_episode"):

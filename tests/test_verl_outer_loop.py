@@ -121,6 +121,14 @@ def test_config_the_verl_backend_cannot_run_names_the_field(tmp_path, override, 
     assert e.value.field.startswith(field)
 
 
+@pytest.mark.parametrize("preset", ["gpu1", "gpu8"])
+def test_every_verl_setting_can_be_overridden_under_any_preset(tmp_path, preset):
+    cfg, _ = verl_run_config(tmp_path, f"preset={preset}", "verl.gradient_checkpointing=false",
+                             "verl.param_offload=true")
+    vs = verl_settings(cfg)
+    assert (vs.gradient_checkpointing, vs.param_offload) == (False, True)
+
+
 def test_gpu_checks_and_the_gpu_split(tmp_path):
     cfg, _ = verl_run_config(tmp_path, "preset=gpu8")
     with pytest.raises(SEADInputError, match="has none"):
