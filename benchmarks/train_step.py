@@ -2,7 +2,8 @@
 
 1. generation: sampling with the shared SOP-prompt KV cache vs plain left-padded batched sampling (tokens/s);
    and over whole dialogues (each turn's prompt extends the last), keeping each dialogue's KV between turns vs
-   running its whole history again every turn;
+   running its whole history again every turn; and one decoding step over a 600-token cache of `--decode-rows`
+   rows, with the in-place growing KV cache vs transformers' DynamicCache (which copies the cache every step);
 2. training forward + backward of the agent tokens' log-probs, three ways: the naive full-vocabulary logits
    of every position; the LM head only where agent tokens are predicted; and that plus the shared SOP prompt
    run once without gradient, its KV cache serving every row (what the trainer does).
@@ -17,11 +18,13 @@ import json
 import time
 
 import torch
+from transformers import DynamicCache
 
 from sead.config import build_scenario, load_config
 from sead.dialogue import AgentRequest
 from sead.models.loading import ModelConfig, load_model
 from sead.trainer.policy import HFPolicy, SamplingConfig
+from sead.trainer.turn_cache import GrowingCache
 from sead.trainer.update import Sequence, masked_logprobs
 
 
@@ -46,12 +49,23 @@ def dialogues(model, tok, prompts, args, turn_cache_mb: float) -> None:
         prompts = [p + o.token_ids + tok(user, add_special_tokens=False)["input_ids"] for p, o in zip(prompts, outs)]
 
 
+@torch.no_grad()
+def decode_step(model, rows: int, cache_cls) -> float:
+    """Best of 4 single-token steps after a 600-token prefill of `rows` rows."""
+    torch.manual_seed(0)
+    cache = cache_cls()
+    model(input_ids=torch.randint(100, 20000, (rows, 600)), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return min(timed(lambda: model(input_ids=torch.randint(100, 2000, (rows, 1)), past_key_values=cache,
+                                   use_cache=True), 1) for _ in range(4))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--turns", type=int, default=6, help="turns per dialogue in the multi-turn generation test")
+    ap.add_argument("--decode-rows", type=int, default=32)
     args = ap.parse_args()
     torch.manual_seed(0)
     model, tok, _ = load_model(ModelConfig(preset="smollm2"))
@@ -71,6 +85,7 @@ def main() -> None:
     t_shared = timed(lambda: shared.sample(requests), args.repeats)
 
     t_recompute, t_turn_cache = (timed(lambda: dialogues(model, tok, prompts, args, mb), 1) for mb in (0, 4096))
+    t_dynamic, t_growing = (decode_step(model, args.decode_rows, cache_cls) for cache_cls in (DynamicCache, GrowingCache))
 
     seqs = []
     for p in prompts:
@@ -107,6 +122,8 @@ def main() -> None:
         "dialogue_generation_s": {"turns": args.turns, "recompute_history": t_recompute,
                                   "turn_cache": t_turn_cache},
         "turn_cache_speedup": t_recompute / t_turn_cache,
+        "decode_step_s": {"rows": args.decode_rows, "dynamic_cache": t_dynamic, "growing_cache": t_growing},
+        "growing_cache_speedup": t_dynamic / t_growing,
         "train_forward_backward_s": {"full_logits": t_full, "agent_positions_only": t_picked,
                                      "agent_positions_and_shared_prompt": t_prefix},
         "train_speedup_vs_full_logits": t_full / t_prefix, "shared_prompt_speedup": t_picked / t_prefix,
@@ -114,7 +131,8 @@ def main() -> None:
     }
     print(json.dumps(result, indent=2))
     print(f"generation: shared prefix {t_plain / t_shared:.2f}x plain; over {args.turns}-turn dialogues, turn cache "
-          f"{t_recompute / t_turn_cache:.2f}x recomputing the history; training forward+backward: "
+          f"{t_recompute / t_turn_cache:.2f}x recomputing the history; decoding step with the growing cache "
+          f"{t_dynamic / t_growing:.2f}x DynamicCache; training forward+backward: "
           f"agent-positions-only LM head {t_full / t_picked:.2f}x full logits, plus the shared prompt "
           f"{t_picked / t_prefix:.2f}x more ({t_full / t_prefix:.2f}x the naive forward)")
 

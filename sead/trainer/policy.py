@@ -79,9 +79,9 @@ class HFPolicy(BatchingPolicy):
             attn[i, P + C + S - len(own):] = 1
             pos[i, S - len(own):] = torch.arange(P + c, P + c + len(own))
         ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
-        past = self._batch_cache(prefix_kv, hits, cached, C, rows) if P + C else GrowingCache()
-        gens = [torch.Generator().manual_seed(int(r.seed) & 0x7FFFFFFF) for r in requests]
         limits = [r.max_new_tokens for r in requests]
+        past = self._batch_cache(prefix_kv, hits, cached, C, rows, reserve=S + max(limits))
+        gens = [torch.Generator().manual_seed(int(r.seed) & 0x7FFFFFFF) for r in requests]
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lp: list[list[float]] = [[] for _ in requests]
         live = list(range(rows))  # rows still sampling
@@ -130,9 +130,12 @@ class HFPolicy(BatchingPolicy):
         self._prefix = (version, ids, kv)
         return ids, kv
 
-    def _batch_cache(self, prefix_kv, hits, cached, C: int, rows: int):
-        """One cache for the batch: the shared prefix in every row, then each row's cached turns right-aligned."""
-        cache = GrowingCache()
+    def _batch_cache(self, prefix_kv, hits, cached, C: int, rows: int, reserve: int) -> GrowingCache:
+        """One cache for the batch: the shared prefix in every row, then each row's cached turns right-aligned;
+        `reserve` more positions for this call's new prompt tokens and what it decodes."""
+        cache = GrowingCache(reserve=reserve)
+        if not (prefix_kv or any(hits)):
+            return cache
         layers = len(prefix_kv) if prefix_kv else len(next(h for h in hits if h).kv)
         for layer in range(layers):
             parts = []
