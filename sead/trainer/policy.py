@@ -134,20 +134,21 @@ class HFPolicy(BatchingPolicy):
         """One cache for the batch: the shared prefix in every row, then each row's cached turns right-aligned;
         `reserve` more positions for this call's new prompt tokens and what it decodes."""
         cache = GrowingCache(reserve=reserve)
-        if not (prefix_kv or any(hits)):
+        source = prefix_kv or next((h.kv for h in hits if h), None)  # any entry gives the layers' shapes
+        if source is None:
             return cache
-        layers = len(prefix_kv) if prefix_kv else len(next(h for h in hits if h).kv)
-        for layer in range(layers):
-            parts = []
+        P = prefix_kv[0][0].shape[2] if prefix_kv else 0
+        for layer, ref in enumerate(source):
+            keys_values = []
             for j in (0, 1):  # keys, values
-                ref = prefix_kv[layer][j] if prefix_kv else next(h for h in hits if h).kv[layer][j]
-                own = ref.new_zeros((rows, ref.shape[1], C, ref.shape[3]))
+                full = ref[j].new_zeros((rows, ref[j].shape[1], P + C, ref[j].shape[3]))
+                if prefix_kv:
+                    full[:, :, :P] = prefix_kv[layer][j]
                 for i, (h, c) in enumerate(zip(hits, cached)):
                     if c:
-                        own[i, :, C - c:] = h.kv[layer][j][0]
-                parts.append(torch.cat([prefix_kv[layer][j].expand(rows, -1, -1, -1), own], dim=2)
-                             if prefix_kv else own)
-            cache.update(parts[0], parts[1], layer)
+                        full[i, :, P + C - c:] = h.kv[layer][j][0]
+                keys_values.append(full)
+            cache.update(*keys_values, layer)
         return cache
 
     def _keep_turns(self, cache, prompts, prefix, hits, cached, new, out_ids, C: int, S: int) -> None:
