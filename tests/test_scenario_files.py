@@ -138,3 +138,20 @@ def test_a_new_scenario_needs_only_files(tmp_path, monkeypatch):
     scenario = build_scenario(cfg)
     assert scenario.space.sampled_names == ("patience",)
     assert "Patience 1." in scenario.user_system_prompt(Profile.make({"patience": 1}, ["Swears."]))
+
+
+def test_compact_prompt_has_a_rule_satisfying_answer_for_every_concern(restaurant):
+    """The compact prompt's FAQ ("- cue words? answer") is only useful to a small model if copying a line answers
+    the concern in the scripted user's eyes: each category needs a line whose answer resolves it, and no answer
+    may contradict the offer's facts."""
+    from sead.usersim.rules import matches_any, normalise, scenario_rules
+
+    rules = scenario_rules(restaurant)
+    prompt = build_scenario(load_config(["scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt"]))
+    answers = [normalise(line.split("? ", 1)[1]) for line in prompt.agent_system_prompt().splitlines()
+               if line.startswith("- ") and "? " in line]
+    assert len(answers) == len(rules.concerns)
+    unanswered = [c.category for c in rules.concerns.values()
+                  if not any(matches_any(a, c.resolved_by) for a in answers)]
+    assert unanswered == []
+    assert [a for a in answers if matches_any(a, rules.contradictions)] == []

@@ -3,6 +3,7 @@ with SIGKILL then resumed that ends exactly where an uninterrupted run ends."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,6 +122,18 @@ def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates
     assert sorted(points) == ["iter_000.json", "iter_001.json"] and points["iter_001.json"]["step"] == 1
     train(load_config([*TINY, *budget, f"run_dir={run}", "resume=true"]))
     assert reward_steps(run) == [1]  # the spent budget travels in the checkpoint
+
+    # a hard limit: with room for one more step of the length measured so far, that step runs; with a second
+    # short of it, it does not start
+    step_s = state["longest_step_s"]
+    assert 0 < step_s <= state["train_seconds"]
+    for spare, steps in ((step_s / 4, [1, 2]), (-step_s / 4, [1])):  # iterations=1: two steps at most
+        minutes = (state["train_seconds"] + step_s + spare) / 60
+        shy = tmp_path / f"shy{spare}"
+        shutil.copytree(run, shy)
+        train(load_config([*TINY, "trainer.iterations=1", f"trainer.max_minutes={minutes}", f"run_dir={shy}",
+                           "resume=true"]))
+        assert reward_steps(shy) == steps
 
     warmed = train(load_config([*TINY, *budget, f"run_dir={tmp_path / 'warm'}", "trainer.warmup.dialogues=2",
                                 "trainer.validation.at_start=false"]))

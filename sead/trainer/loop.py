@@ -55,6 +55,7 @@ class Trainer:
         self.run_dir = Path(str(cfg.run_dir)).resolve()
         self.step = 0
         self.train_seconds = 0.0  # warm-up and RL steps only: what trainer.max_minutes limits
+        self.longest_step_s = 0.0  # so that the budget is not overrun by a step started just before it ends
         self.validated_step: int | None = None
         resume = latest_checkpoint(self.run_dir) if cfg.resume else None
         if cfg.resume and resume is None:
@@ -89,6 +90,7 @@ class Trainer:
             self.controller.load_state_dict(state["controller"])
             self.step = int(state["step"])
             self.train_seconds = float(state.get("train_seconds", 0.0))
+            self.longest_step_s = float(state.get("longest_step_s", 0.0))
             console.print(f"resuming from {path} (step {self.step})")
         self.val_profiles = self._fixed_sampler(self.tc.validation.seed).sample(self.tc.validation.profiles)
         # Warm-up profiles come from their own seeded sampler: the controller's draws stay those of the RL run.
@@ -179,10 +181,13 @@ class Trainer:
         return None if r is None else {"total": r.total, "components": r.components}
 
     def _state(self) -> dict:
-        return {"step": self.step, "controller": self.controller.state_dict(), "train_seconds": self.train_seconds}
+        return {"step": self.step, "controller": self.controller.state_dict(), "train_seconds": self.train_seconds,
+                "longest_step_s": self.longest_step_s}
 
     def _budget_spent(self) -> bool:
-        return self.tc.max_minutes is not None and self.train_seconds >= self.tc.max_minutes * 60
+        """True when another RL step, if as long as the longest so far, would end past trainer.max_minutes."""
+        return (self.tc.max_minutes is not None
+                and self.train_seconds + self.longest_step_s > self.tc.max_minutes * 60)
 
     async def run(self) -> Path:
         tc = self.tc
@@ -217,7 +222,9 @@ class Trainer:
                 self.logger.log(self.step, out)
                 console.print(_summary(self.step, total, out))
                 progress.advance(overall)
-                self.train_seconds += time.perf_counter() - t0
+                step_s = time.perf_counter() - t0
+                self.train_seconds += step_s
+                self.longest_step_s = max(self.longest_step_s, step_s)
                 if self.step % tc.steps_per_iteration == 0:
                     it = self.step // tc.steps_per_iteration
                     (self.run_dir / "controller" / f"state_iter_{it:03d}.json").write_text(
