@@ -100,7 +100,8 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     subprocess.run(sead_cmd(f"run_dir={cut}", "resume=true"), check=True, capture_output=True, timeout=600)
     ref_state = latest_checkpoint(ref)[1]
     cut_state = latest_checkpoint(cut)[1]
-    assert ref_state.pop("train_seconds") > 0 and cut_state.pop("train_seconds") > 0  # wall clock: differs
+    for clock in ("train_seconds", "longest_step_s"):  # wall clock: differs
+        assert ref_state.pop(clock) > 0 and cut_state.pop(clock) > 0
     assert cut_state == ref_state  # same step, controller weights, statistics and RNG
     assert profile_order(cut) == profile_order(ref)
     from safetensors.torch import load_file
@@ -120,8 +121,10 @@ def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates
     # step 1 lies inside iteration 1 (steps 1-2): its validation still ran, on the policy after step 1
     points = {p.name: json.loads(p.read_text())["at"] for p in (run / "validation").glob("iter_*.json")}
     assert sorted(points) == ["iter_000.json", "iter_001.json"] and points["iter_001.json"]["step"] == 1
+    measured = (run / "validation" / "iter_001.json").stat().st_mtime_ns
     train(load_config([*TINY, *budget, f"run_dir={run}", "resume=true"]))
     assert reward_steps(run) == [1]  # the spent budget travels in the checkpoint
+    assert (run / "validation" / "iter_001.json").stat().st_mtime_ns == measured  # and is not measured twice
 
     # a hard limit: with room for one more step of the length measured so far, that step runs; with a second
     # short of it, it does not start
@@ -162,8 +165,6 @@ def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path)
 
 
 def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_path):
-    import shutil
-
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -173,7 +174,8 @@ def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_p
     shutil.rmtree(cut / "checkpoints" / "step_000002")  # as if killed after step 1's checkpoint
     train(load_config([*lora, f"run_dir={cut}", "resume=true"]))
     a, b = latest_checkpoint(ref), latest_checkpoint(cut)
-    a[1].pop("train_seconds"), b[1].pop("train_seconds")  # wall clock: differs between runs
+    for clock in ("train_seconds", "longest_step_s"):  # wall clock: differs between runs
+        a[1].pop(clock), b[1].pop(clock)
     assert a[1] == b[1] and a[1]["step"] == 2
     for part in ("adapter/adapter_model.safetensors", "model/model.safetensors"):
         x, y = load_file(a[0] / part), load_file(b[0] / part)

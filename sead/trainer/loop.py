@@ -235,11 +235,18 @@ class Trainer:
                                     updater=self.updater, state=self._state())
             if self.step < total:  # stopped by trainer.max_minutes
                 console.print(f"[yellow]training budget of {tc.max_minutes:g} min spent after step {self.step}")
-                if self.validated_step != self.step:  # e.g. inside an iteration: still measure where it ended
-                    await self.validate(-(-self.step // tc.steps_per_iteration), progress)
+                it = -(-self.step // tc.steps_per_iteration)
+                # e.g. inside an iteration: still measure where it ended, unless a resumed run already did
+                if self.validated_step != self.step and not _validated_at(self.run_dir, it, self.step):
+                    await self.validate(it, progress)
         await self.user.aclose()
         self.logger.close()
         return self.run_dir
+
+
+def _validated_at(run_dir: Path, iteration: int, step: int) -> bool:
+    path = run_dir / "validation" / f"iter_{iteration:03d}.json"
+    return path.exists() and json.loads(path.read_text())["at"]["step"] == step
 
 
 def _fmt(x) -> str:
