@@ -44,14 +44,15 @@ TASK = ["scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt",
 # one-line answer for every kind of concern, led by the cue words owners use for it, so answering is mostly
 # finding the line that shares words with what the owner said (an FAQ lookup, not reasoning); the model first
 # imitates the scripted reference agent's winning dialogues (one optimiser step per dialogue: more varied examples
-# and more updates for the same compute than epochs over few) for at most 46 minutes; then GRPO with groups of 8
+# and more updates for the same compute than epochs over few) for at most 42 minutes, leaving room for one RL step
+# (~15 minutes here) inside the 60; then GRPO with groups of 8
 # at temperature 1.0 (so rollouts of one profile differ), shaped terms that separate partial progress inside a
 # group, and dynamic sampling so groups with equal rewards cost no update.
 # Sized for a 2-core CPU, where one forward + backward over a ~1,000-token dialogue takes 10-20 s: no KL reference
 # pass (a few steps at lr 1e-5 stay near the warmed model anyway), and no validation between warm-up and RL (one
 # 128-dialogue pass costs ~15 minutes here; the run still validates where it stops).
 RECIPE = ["trainer.warmup.dialogues=256", "trainer.warmup.epochs=1", "trainer.warmup.lr=1e-4",
-          "trainer.warmup.micro_batch=1", "trainer.warmup.max_minutes=46",
+          "trainer.warmup.micro_batch=1", "trainer.warmup.max_minutes=42",
           "reward.stage_progress=0.5", "reward.format=0.1",
           "trainer.iterations=1", "trainer.steps_per_iteration=1000", "controller.update_every=1000",
           "trainer.profiles_per_step=2", "trainer.rollouts_per_profile=8", "trainer.save_every=1000",
