@@ -85,13 +85,12 @@ def run_before(args) -> Path:
     return run_validation_only(args, "before", [], "before: the base model, no warm-up, no RL")
 
 
-def run_warmed(args, trained: Path) -> Path | None:
+def run_warmed(args, trained: Path) -> None:
     """The model as the warm-up left it (saved by the training run), before any RL step: its own curve point."""
     model = trained / "warmup" / "model"
-    if not model.is_dir():
-        return None
-    return run_validation_only(args, "warmed", ["model.preset=path", f"model.path={model}"],
-                               "warm-up only: the training run's model before its first GRPO step")
+    if model.is_dir():
+        run_validation_only(args, "warmed", ["model.preset=path", f"model.path={model}"],
+                            "warm-up only: the training run's model before its first GRPO step")
 
 
 def run_training(args) -> Path:
@@ -132,7 +131,7 @@ def collect(before: Path, trained: Path, warmed: Path | None = None) -> dict:
     summary = json.loads(warm.read_text()) if warm.exists() else None
     base = point(before / "validation" / "iter_000.json", "base model")
     curve = [base]
-    if warmed is not None and (warmed / "validation" / "iter_000.json").exists():
+    if warmed is not None:
         curve.append({**point(warmed / "validation" / "iter_000.json", "warm-up only"),
                       "train_minutes": summary["minutes"]})
     curve += [point(p, f"warm-up + {json.loads(p.read_text())['at']['step']} GRPO steps")
@@ -216,7 +215,8 @@ def plot(result: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=58.0, help="training budget (at most 60 in the benchmark; no step is started that would overrun it)")
+    ap.add_argument("--minutes", type=float, default=58.0,
+                    help="training budget (at most 60 in the benchmark; no step is started that would overrun it)")
     ap.add_argument("--profiles", type=int, default=64)
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--seed", type=int, default=4242, help="seed of the held-out profiles and their dialogues")
@@ -226,11 +226,11 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for both runs")
     args = ap.parse_args()
     args.out = args.out.resolve()
-    before, trained = args.out / "before", args.out / "train"
+    before, trained, warmed = args.out / "before", args.out / "train", args.out / "warmed"
     if not args.report_only:
         before, trained = run_before(args), run_training(args)
-    warmed = run_warmed(args, trained) if not args.report_only else args.out / "warmed"
-    result = collect(before, trained, warmed if warmed and warmed.is_dir() else None)
+        run_warmed(args, trained)
+    result = collect(before, trained, warmed if (warmed / "validation" / "iter_000.json").exists() else None)
     args.results.with_suffix(".json").write_text(json.dumps(result, indent=2))
     plot(result, args.results.with_suffix(".png"))
     show(result)

@@ -126,8 +126,8 @@ def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates
     assert reward_steps(run) == [1]  # the spent budget travels in the checkpoint
     assert (run / "validation" / "iter_001.json").stat().st_mtime_ns == measured  # and is not measured twice
 
-    # a hard limit: with room for one more step of the length measured so far, that step runs; with a second
-    # short of it, it does not start
+    # a hard limit: with a quarter step to spare after one more step of the length measured so far, that step
+    # runs; a quarter step short of it, it does not start
     step_s = state["longest_step_s"]
     assert 0 < step_s <= state["train_seconds"]
     for spare, steps in ((step_s / 4, [1, 2]), (-step_s / 4, [1])):  # iterations=1: two steps at most

@@ -56,7 +56,6 @@ class Trainer:
         self.step = 0
         self.train_seconds = 0.0  # warm-up and RL steps only: what trainer.max_minutes limits
         self.longest_step_s = 0.0  # so that the budget is not overrun by a step started just before it ends
-        self.validated_step: int | None = None
         resume = latest_checkpoint(self.run_dir) if cfg.resume else None
         if cfg.resume and resume is None:
             console.print(f"[yellow]resume=true but {self.run_dir} holds no complete checkpoint: starting fresh")
@@ -132,7 +131,6 @@ class Trainer:
         m = compute_metrics(eps, self.scenario.space, seed=self.tc.validation.seed)
         # Where on the training curve this point lies (benchmarks/learning_curve.py plots CR against both).
         m["at"] = {"step": self.step, "train_minutes": self.train_seconds / 60}
-        self.validated_step = self.step
         (self.run_dir / "validation" / f"iter_{iteration:03d}.json").write_text(json.dumps(m, indent=2))
         cr = m["metrics"]["CR"]
         console.print(f"[bold]validation {iteration}[/]: CR {_fmt(cr['mean'])} (95% CI {_fmt(cr['ci95'][0])}-"
@@ -236,8 +234,9 @@ class Trainer:
             if self.step < total:  # stopped by trainer.max_minutes
                 console.print(f"[yellow]training budget of {tc.max_minutes:g} min spent after step {self.step}")
                 it = -(-self.step // tc.steps_per_iteration)
-                # e.g. inside an iteration: still measure where it ended, unless a resumed run already did
-                if self.validated_step != self.step and not _validated_at(self.run_dir, it, self.step):
+                # e.g. inside an iteration: still measure where it ended, unless this run (or the one it
+                # resumes) already did
+                if not _validated_at(self.run_dir, it, self.step):
                     await self.validate(it, progress)
         await self.user.aclose()
         self.logger.close()

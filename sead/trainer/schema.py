@@ -35,7 +35,9 @@ class TrainerConfig:
     save_every: int = 5
     max_batch: int = 64                 # rows per batched generation call
     turn_cache_mb: float = 4096         # memory for dialogues' keys/values kept between turns (0 = off)
-    max_minutes: float | None = None    # training-time budget (warm-up + RL steps, not validation), never overrun by a step; None = off
+    # training-time budget (warm-up + RL steps, not validation); once one RL step has been timed, none is started
+    # that would overrun it; None = off
+    max_minutes: float | None = None
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
