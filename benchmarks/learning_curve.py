@@ -76,8 +76,8 @@ def run_validation_only(args, name: str, model: list[str], title: str) -> Path:
         console.rule(f"[bold]{title}")
         # after the user's overrides: whatever they set, this run must not train
         train(load_config([*TASK, *held_out(args), *args.overrides, *model, "trainer.iterations=0",
-                           "trainer.warmup.dialogues=0", "trainer.validation.at_start=true", f"run_dir={run}",
-                           "resume=false"]))
+                           "trainer.warmup.dialogues=0", "trainer.warmup.reuse=null",
+                           "trainer.validation.at_start=true", f"run_dir={run}", "resume=false"]))
     return run
 
 

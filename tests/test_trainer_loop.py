@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from sead.config import load_config
+from sead.errors import SEADInputError
 from sead.trainer.checkpoint import latest_checkpoint
 from sead.trainer.loop import train
 
@@ -162,6 +163,24 @@ def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path)
     assert len(dialogues) == 8 and all(d["meta"]["agent"]["name"] == "reference" for d in dialogues)
     first = json.loads((run / "metrics.jsonl").read_text().splitlines()[1])
     assert first["step"] == 1 and first["kl"] == 0.0  # the reference is the warmed-up policy, not the base
+
+    # Another run starts from that warm-up instead of repeating it, and its minutes count as training time.
+    again = train(load_config([*TINY, "trainer.iterations=1", f"run_dir={tmp_path / 'again'}",
+                               f"trainer.warmup.reuse={run / 'warmup'}"]))
+    reused = json.loads((again / "warmup" / "summary.json").read_text())
+    assert reused["reused_from"] == str(run / "warmup") and reused["minutes"] == summary["minutes"]
+    assert not (again / "warmup" / "dialogues.jsonl").exists()  # nothing was played or fine-tuned again
+    first = json.loads((again / "metrics.jsonl").read_text().splitlines()[1])
+    assert first["kl"] == 0.0  # the warmed model is the start and the KL anchor
+    state = latest_checkpoint(again)[1]
+    assert state["train_seconds"] >= 60 * summary["minutes"]
+    from safetensors.torch import load_file
+    start = load_file(run / "warmup" / "model" / "model.safetensors")
+    assert all(torch.equal(t, load_file(again / "warmup" / "model" / "model.safetensors")[k])
+               for k, t in start.items())
+
+    with pytest.raises(SEADInputError, match="not a warm-up directory"):
+        train(load_config([*TINY, f"run_dir={tmp_path / 'bad'}", f"trainer.warmup.reuse={run / 'rollouts'}"]))
 
 
 def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_path):

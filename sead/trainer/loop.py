@@ -36,7 +36,7 @@ from sead.trainer.metrics_log import MetricsLogger
 from sead.trainer.policy import HFPolicy, SamplingConfig
 from sead.trainer.schema import TrainerConfig
 from sead.trainer.update import Updater, build_sequences
-from sead.trainer.warmup import warmup
+from sead.trainer.warmup import reuse_warmup, warmup
 
 log = logging.getLogger(__name__)
 console = Console()
@@ -195,18 +195,20 @@ class Trainer:
         with Progress(*columns, console=console) as progress:
             budget = "" if tc.max_minutes is None else f" (stops after {tc.max_minutes:g} min of training)"
             overall = progress.add_task(f"[bold]training steps{budget}", total=total, completed=self.step)
-            if self.step == 0 and tc.warmup.dialogues > 0:
-                t0 = time.perf_counter()
-                summary = await warmup(self, tc.warmup, progress)
+            if self.step == 0 and (tc.warmup.dialogues > 0 or tc.warmup.reuse):
+                summary = (reuse_warmup(self, tc.warmup.reuse) if tc.warmup.reuse
+                           else await warmup(self, tc.warmup, progress))
+                (self.run_dir / "warmup").mkdir(exist_ok=True)
                 (self.run_dir / "warmup" / "summary.json").write_text(json.dumps(summary, indent=2))
                 self.model.save_pretrained(self.run_dir / "warmup" / "model")
                 self.tokenizer.save_pretrained(self.run_dir / "warmup" / "model")
                 if self.ref is not None:  # KL keeps RL near the warmed-up model, not the format-less base
                     self.ref.load_state_dict(self.model.state_dict())
-                console.print(f"warm-up: imitated {summary['imitated']}/{summary['dialogues']} reference dialogues "
-                              f"(reference CR {summary['reference_CR']:.2f}); NLL {summary['nll_first']} -> "
-                              f"{summary['nll_last']}")
-                self.train_seconds += time.perf_counter() - t0
+                reused = f" (reused from {summary['reused_from']})" if tc.warmup.reuse else ""
+                console.print(f"warm-up{reused}: imitated {summary['imitated']}/{summary['dialogues']} reference "
+                              f"dialogues (reference CR {summary['reference_CR']:.2f}); NLL {summary['nll_first']} "
+                              f"-> {summary['nll_last']}")
+                self.train_seconds += 60 * summary["minutes"]  # a reused warm-up counts as it did in its run
             if self.step == 0 and tc.validation.at_start:
                 await self.validate(0, progress)
             while self.step < total and not self._budget_spent():

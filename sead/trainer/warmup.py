@@ -8,14 +8,18 @@ mask are built exactly as in RL, and the loss is the mean negative log-likelihoo
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
 from sead.agents.scripted import ReferenceAgent
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
+from sead.errors import SEADInputError
+from sead.models.loading import ModelConfig, load_model
 from sead.trainer.update import Sequence, masked_logprobs
 
 
@@ -30,6 +34,9 @@ class WarmupConfig:
     max_turns: int = 15         # the reference agent's dialogues run to their natural end ...
     max_new_tokens: int = 200   # ... with room for its full tag block, whatever the RL settings are
     max_minutes: float | None = None  # stop fine-tuning when the warm-up has taken this long (None = off)
+    # An earlier run's `warmup/` directory: start from the model it saved instead of warming up again, and count
+    # the minutes that warm-up took as this run's training time (RL settings can be tried from one warm-up).
+    reuse: str | None = None
 
 
 async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
@@ -78,6 +85,24 @@ async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
             "reference_CR": sum(e.success for e in episodes) / max(1, len(episodes)),
             # means of the first and last (up to) five optimiser steps: one dialogue's loss alone is noisy
             "nll_first": _mean(losses[:5]), "nll_last": _mean(losses[-5:])}
+
+
+def reuse_warmup(trainer, src: str) -> dict:
+    """Load the policy an earlier warm-up saved into `trainer.model`; returns that warm-up's summary."""
+    where = Path(src).expanduser().resolve()
+    if not (where / "model" / "config.json").exists() or not (where / "summary.json").exists():
+        raise SEADInputError(f"{where} is not a warm-up directory (a run's warmup/ with model/ and summary.json)",
+                             field="trainer.warmup.reuse")
+    if trainer.tc.lora.enabled:
+        raise SEADInputError("a saved warm-up is a full model; it cannot seed LoRA adapters (set "
+                             "trainer.lora.enabled=false or warm up in this run)", field="trainer.warmup.reuse")
+    warmed = load_model(ModelConfig(**{**vars(trainer.model_cfg), "preset": "path", "path": str(where / "model")}))[0]
+    try:
+        trainer.model.load_state_dict(warmed.state_dict())
+    except RuntimeError as err:
+        raise SEADInputError(f"the warm-up in {where} was made for another model than model.* names: "
+                             f"{str(err).splitlines()[0]}", field="trainer.warmup.reuse") from err
+    return {**json.loads((where / "summary.json").read_text()), "reused_from": str(where)}
 
 
 def _mean(xs: list[float]) -> float | None:
