@@ -14,7 +14,9 @@ re-implements the loop:
 "after" is the last point with at most 60 minutes of training (the first RL step cannot be timed before it runs,
 so it may end past the budget; the warm-up-only point then still falls inside it).
 Extra arguments are Hydra overrides applied to every run after the recipe. An interrupted benchmark continues:
-finished measurement runs are reused and the training run resumes from its newest checkpoint.
+finished measurement runs are reused and the training run resumes from its newest checkpoint. To try RL settings
+from an earlier warm-up instead of repeating it, pass `trainer.warmup.reuse=OLD/train/warmup` with a new `--out`
+(its minutes still count; copy OLD/before there to reuse the base-model measurement).
 Writes learning_curve.json and learning_curve.png next to this file.
 """
 
