@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sead.errors import SEADInputError
@@ -21,6 +21,10 @@ class ModelConfig:
     kv_heads: int = 2
     intermediate: int = 128
     init_seed: int = 0
+
+    def at(self, folder: str | Path) -> "ModelConfig":
+        """The same dtype and device, loading a saved HF folder (a warm-up's or a checkpoint's model/)."""
+        return replace(self, preset="path", path=str(folder))
 
 
 def load_model(cfg: ModelConfig):

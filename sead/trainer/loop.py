@@ -67,15 +67,14 @@ class Trainer:
         ref_model, self.tokenizer, label = load_model(self.model_cfg)
         warmed = self.run_dir / "warmup" / "model"
         if resume and (warmed / "config.json").exists():  # the KL anchor of a warmed-up run is the warmed model
-            ref_model = load_model(ModelConfig(**{**vars(self.model_cfg), "preset": "path", "path": str(warmed)}))[0]
+            ref_model = load_model(self.model_cfg.at(warmed))[0]
         if self.tc.lora.enabled:
             # Adapters on the base network; the base under switched-off adapters is the KL reference.
             self.model = lora.wrap(ref_model, self.tc.lora, resume[0] / "adapter" if resume else None)
             self.ref = None
         else:
-            self.model = (load_model(ModelConfig(**{**vars(self.model_cfg), "preset": "path",
-                                                    "path": str(resume[0] / "model")}))[0]
-                          if resume else copy.deepcopy(ref_model))
+            self.model = (load_model(self.model_cfg.at(resume[0] / "model"))[0] if resume
+                          else copy.deepcopy(ref_model))
             self.ref = ref_model.eval().requires_grad_(False) if self.tc.update.kl_coef else None
         total = self.tc.iterations * self.tc.steps_per_iteration
         self.updater = Updater(self.model, self.ref, self.tc.update, total)

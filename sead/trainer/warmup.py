@@ -19,7 +19,7 @@ import torch
 from sead.agents.scripted import ReferenceAgent
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
 from sead.errors import SEADInputError
-from sead.models.loading import ModelConfig, load_model
+from sead.models.loading import load_model
 from sead.trainer.update import Sequence, masked_logprobs
 
 
@@ -96,7 +96,7 @@ def reuse_warmup(trainer, src: str) -> dict:
     if trainer.tc.lora.enabled:
         raise SEADInputError("a saved warm-up is a full model; it cannot seed LoRA adapters (set "
                              "trainer.lora.enabled=false or warm up in this run)", field="trainer.warmup.reuse")
-    warmed = load_model(ModelConfig(**{**vars(trainer.model_cfg), "preset": "path", "path": str(where / "model")}))[0]
+    warmed = load_model(trainer.model_cfg.at(where / "model"))[0]
     try:
         trainer.model.load_state_dict(warmed.state_dict())
     except RuntimeError as err:
