@@ -46,18 +46,19 @@ TASK = ["scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt",
 # one-line answer for every kind of concern, led by the cue words owners use for it, so answering is mostly
 # finding the line that shares words with what the owner said (an FAQ lookup, not reasoning); the model first
 # imitates the scripted reference agent's winning dialogues (one optimiser step per dialogue: more varied examples
-# and more updates for the same compute than epochs over few) for at most 42 minutes, leaving room for one RL step
-# (~15 minutes here) inside the 60; then GRPO with groups of 8
-# at temperature 1.0 (so rollouts of one profile differ), shaped terms that separate partial progress inside a
-# group, and dynamic sampling so groups with equal rewards cost no update.
+# and more updates for the same compute than epochs over few) for at most 46 minutes, leaving room for one RL step
+# with groups of 5 (~12 minutes on an idle 2-core machine; groups of 8 took 15 and ended past the 60); GRPO at
+# temperature 1.0 (so rollouts of one profile differ), shaped terms that separate partial progress inside a
+# group, and dynamic sampling so groups with equal rewards cost no update. This is the recipe that measured
+# 0 -> 25 % (benchmarks/RESULTS.md, fifth session).
 # Sized for a 2-core CPU, where one forward + backward over a ~1,000-token dialogue takes 10-20 s: no KL reference
 # pass (a few steps at lr 1e-5 stay near the warmed model anyway), and no validation between warm-up and RL (one
-# 128-dialogue pass costs ~15 minutes here; the run still validates where it stops).
+# 128-dialogue pass of a warmed model costs 40-100 minutes here; the run still validates where it stops).
 RECIPE = ["trainer.warmup.dialogues=256", "trainer.warmup.epochs=1", "trainer.warmup.lr=1e-4",
-          "trainer.warmup.micro_batch=1", "trainer.warmup.max_minutes=42",
+          "trainer.warmup.micro_batch=1", "trainer.warmup.max_minutes=46",
           "reward.stage_progress=0.5", "reward.format=0.1",
           "trainer.iterations=1", "trainer.steps_per_iteration=1000", "controller.update_every=1000",
-          "trainer.profiles_per_step=2", "trainer.rollouts_per_profile=8", "trainer.save_every=1000",
+          "trainer.profiles_per_step=2", "trainer.rollouts_per_profile=5", "trainer.save_every=1000",
           "trainer.sampling.temperature=1.0", "trainer.update.temperature=1.0", "trainer.update.kl_coef=0",
           "trainer.update.lr=1e-5", "trainer.update.warmup_steps=1", "trainer.update.dynamic_sampling=true",
           "trainer.update.micro_batch=4", "trainer.validation.at_start=false"]
@@ -108,9 +109,15 @@ def run_training(args) -> Path:
 
 
 def point(path: Path, label: str) -> dict:
+    """One measured model. `ci95` is the Wilson score interval of the completion count: the runs' own bootstrap
+    CI (`ci95_bootstrap`) is [0, 0] for a model that completes nothing, which would make any gain look "apart"."""
+    from sead.metrics import wilson_interval
+
     m = json.loads(path.read_text())
     cr = m["metrics"]["CR"]
-    return {"label": label, "CR": cr["mean"], "ci95": cr["ci95"], "n": cr["n"], "step": m["at"]["step"],
+    completed = round(cr["mean"] * cr["n"])
+    return {"label": label, "CR": cr["mean"], "completed": completed, "n": cr["n"],
+            "ci95": wilson_interval(completed, cr["n"]), "ci95_bootstrap": cr["ci95"], "step": m["at"]["step"],
             "train_minutes": m["at"]["train_minutes"], "end_reasons": m["end_reasons"]}
 
 
@@ -136,8 +143,9 @@ def collect(before: Path, trained: Path, warmed: Path | None = None) -> dict:
     if warmed is not None:
         curve.append({**point(warmed / "validation" / "iter_000.json", "warm-up only"),
                       "train_minutes": summary["minutes"]})
-    curve += [point(p, f"warm-up + {json.loads(p.read_text())['at']['step']} GRPO steps")
-              for p in sorted((trained / "validation").glob("iter_*.json"))]
+    for p in sorted((trained / "validation").glob("iter_*.json")):
+        steps = json.loads(p.read_text())["at"]["step"]
+        curve.append(point(p, f"warm-up + {steps} GRPO step{'' if steps == 1 else 's'}"))
     # the benchmark's claim is about at most LIMIT_MINUTES of training: the last point inside it
     after = [p for p in curve if p["train_minutes"] <= LIMIT_MINUTES][-1]
     return {
@@ -164,11 +172,11 @@ def rl_steps(run: Path) -> list[dict]:
 def show(result: dict) -> None:
     table = Table(title=f"CR on {result['held_out']['profiles']} held-out profiles x {result['held_out']['trials']} "
                         "trials (greedy)")
-    for col in ("point", "training min", "RL steps", "CR", "95% CI", "n"):
+    for col in ("point", "training min", "RL steps", "CR", "95% CI (Wilson)", "completed / n"):
         table.add_column(col, justify="left" if col == "point" else "right")
     for p in result["curve"]:
         table.add_row(p["label"], f"{p['train_minutes']:.1f}", str(p["step"]), f"{p['CR']:.3f}",
-                      f"{p['ci95'][0]:.3f}-{p['ci95'][1]:.3f}", str(p["n"]))
+                      f"{p['ci95'][0]:.3f}-{p['ci95'][1]:.3f}", f"{p['completed']} / {p['n']}")
     console.print(table)
     for m in result["rl_steps"]:
         console.print(f"GRPO step {m['step']}: rollout reward {m['reward']:.3f}, rollout CR {m['CR']:.3f}, "
@@ -207,7 +215,7 @@ def plot(result: dict, path: Path) -> None:
         ax.axvline(result["limit_minutes"], ls=":", c="grey", lw=1)
     ax.set_ylim(0, top + 10)
     ax.set_xlabel("training time, minutes (warm-up + GRPO; validation not counted)")
-    ax.set_ylabel("completion rate, % (95% bootstrap CI)")
+    ax.set_ylabel("completion rate, % (95% Wilson CI)")
     ax.set_title(f"SmolLM2-135M vs scripted user: {result['held_out']['profiles']} profiles x "
                  f"{result['held_out']['trials']} trials, greedy")
     fig.tight_layout()

@@ -12,7 +12,8 @@ Per-dialogue values (None = the metric does not apply to that dialogue):
       |agent prediction - user's next report| / dimension range). Pairs with a missing value are skipped;
       a turn with no readable pair does not count.
 - EI / TI / CI: last minus first user-reported emotion / trust / cooperation (needs two reports).
-Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n. Dialogues that ended by a simulator
+Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n (for a rate, `wilson_interval` gives the
+score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that ended by a simulator
 error are counted apart and excluded from every metric: they say nothing about the agent.
 """
 
@@ -81,6 +82,16 @@ def summarise(values: Iterable[float | None], *, seed: int = 0, resamples: int =
     means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     lo, hi = np.percentile(means, [2.5, 97.5])
     return {"mean": float(x.mean()), "std": std, "ci95": [float(lo), float(hi)], "n": int(x.size)}
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> list[float]:
+    """95% Wilson score interval of a binomial rate: 0 of 128 gives [0, 0.029], where a bootstrap gives [0, 0]."""
+    if not 0 <= successes <= n or n == 0:
+        raise ValueError(f"need 0 <= successes <= n and n > 0, got {successes} of {n}")
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
 def pass_hat_k(trials: Sequence[Sequence[bool]], k: int) -> float | None:

@@ -8,7 +8,7 @@ import pytest
 from dialogue_fixtures import SCHEMA, SPACE, agent, user
 from sead.dialogue.chat_tokens import TokenSegment
 from sead.dialogue.episode import Episode, Turn
-from sead.metrics import compute_metrics, cost, pass_hat_k, summarise, token_totals
+from sead.metrics import compute_metrics, cost, pass_hat_k, summarise, token_totals, wilson_interval
 from sead.scenario.profiles import Profile
 
 PROFILE = Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, ["skeptical"])
@@ -164,6 +164,18 @@ def test_summarise_empty_and_single():
     empty = {"mean": None, "std": None, "ci95": [None, None], "n": 0}
     assert summarise([]) == empty and summarise([None, None]) == empty
     assert summarise([0.25]) == {"mean": 0.25, "std": 0.0, "ci95": [0.25, 0.25], "n": 1}
+
+
+def test_wilson_interval_by_hand():
+    # 0 of 128: lower 0, upper z^2 / (n + z^2) = 3.8415 / 131.8415 (a bootstrap CI would be [0, 0])
+    assert wilson_interval(0, 128) == pytest.approx([0.0, 0.029137], abs=1e-6)
+    # 5 of 10: centre 0.5, half-width 1.96 * sqrt(0.025 + 3.8415 / 400) / 1.38415 = 0.26341 (textbook 0.2366-0.7634)
+    assert wilson_interval(5, 10) == pytest.approx([0.23659, 0.76341], abs=1e-5)
+    lo, hi = wilson_interval(128, 128)
+    assert [lo, hi] == pytest.approx([1 - 0.029137, 1.0], abs=1e-6)
+    for bad in ((3, 2), (-1, 5), (0, 0)):
+        with pytest.raises(ValueError, match="successes"):
+            wilson_interval(*bad)
 
 
 def test_pass_hat_k_by_hand():
