@@ -144,8 +144,8 @@ def collect(before: Path, trained: Path, warmed: Path | None = None) -> dict:
         curve.append({**point(warmed / "validation" / "iter_000.json", "warm-up only"),
                       "train_minutes": summary["minutes"]})
     for p in sorted((trained / "validation").glob("iter_*.json")):
-        steps = json.loads(p.read_text())["at"]["step"]
-        curve.append(point(p, f"warm-up + {steps} GRPO step{'' if steps == 1 else 's'}"))
+        pt = point(p, "")  # labelled by its own step count, read once with the rest
+        curve.append({**pt, "label": f"warm-up + {pt['step']} GRPO step{'' if pt['step'] == 1 else 's'}"})
     # the benchmark's claim is about at most LIMIT_MINUTES of training: the last point inside it
     after = [p for p in curve if p["train_minutes"] <= LIMIT_MINUTES][-1]
     return {

@@ -13,8 +13,8 @@ Per-dialogue values (None = the metric does not apply to that dialogue):
       a turn with no readable pair does not count.
 - EI / TI / CI: last minus first user-reported emotion / trust / cooperation (needs two reports).
 Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n (for a rate, `wilson_interval` gives the
-score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that ended by a simulator
-error are counted apart and excluded from every metric: they say nothing about the agent.
+score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that
+ended by a simulator error are counted apart and excluded from every metric: they say nothing about the agent.
 """
 
 from __future__ import annotations
