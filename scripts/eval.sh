@@ -7,7 +7,7 @@
 # matching what scripts/main.sh trains with there.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh" ""
+source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
 ARGS=("$@")
 source "$ROOT/scripts/default_preset.sh"

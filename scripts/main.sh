@@ -9,7 +9,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if printf '%s\n' "$@" | grep -q -E '^(backend=verl|preset=gpu[0-9]+)$'; then
   exec bash "$ROOT/scripts/train_verl.sh" "$@"
 fi
-source "$ROOT/scripts/setup_env.sh" ""
+source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
 ARGS=("$@")
 source "$ROOT/scripts/default_preset.sh"

