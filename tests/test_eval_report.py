@@ -87,3 +87,26 @@ def test_training_report_draws_the_curves_of_a_run(tmp_path):
         assert rows == 1 + 3  # header + validation before training and after each of the 2 iterations
         assert page.locator(".dialogue-row").count() > 0
     assert main(["report", str(tmp_path)]) == 2  # not a run directory: a clear error
+
+
+def test_report_opens_with_a_readable_setup_and_plots_show_zero_cr(tmp_path):
+    from sead.eval.plots import cr_by_value_figure
+
+    out = tmp_path / "ev"
+    assert main(["eval", "scripted:sop_ignoring", f"eval.out_dir={out}", f"eval.testset_dir={tmp_path}",
+                 "eval.limit=6"]) == 0
+    folder = out / "scripted-sop_ignoring"
+    results = json.loads((folder / "results.json").read_text())
+    assert results["metrics"]["CR"]["mean"] == 0.0  # the SOP-ignoring floor completes nothing here
+    with chromium_page(folder / "report.html") as page:
+        setup = dict(r.split("\t", 1) for r in page.locator("table.setup tr").all_inner_texts())
+        assert set(setup) >= {"agent", "decoding", "user simulator", "test set", "dialogue limits", "dialogues"}
+        assert setup["user simulator"].startswith("scripted: rules ")
+        assert "6 of " in setup["test set"] and results["settings"]["testset"]["hash"] in setup["test set"]
+        assert "{" not in page.inner_text("body").split("Metrics")[0]  # no raw JSON above the metrics
+    fig = cr_by_value_figure(results["cr_by_state"])
+    for ax, dim in zip(fig.axes, results["cr_by_state"]["dimensions"]):
+        labels = [t.get_text() for t in ax.texts]
+        per_value = results["cr_by_state"]["per_value"][dim]
+        assert labels == [f"0.00\nn={s['n']}" for s in per_value.values()]  # every zero is drawn and labelled
+        assert ax.get_ylim()[0] < 0  # the zero line is inside the axes, not on its edge

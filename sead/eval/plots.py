@@ -43,7 +43,9 @@ def cr_heatmap(episodes: Sequence[Episode], space: ProfileSpace, pair: tuple[str
                                title=f"CR over {pair[0]} x {pair[1]}")
 
 
-def cr_by_value_plot(cr_by_state: dict, path: Path) -> Path:
+def cr_by_value_figure(cr_by_state: dict):
+    """Bars with 95% CIs, and each value's CR and count written above it: a CR of 0 is a bar of no height,
+    so without the label and the marker a plot of zeros would look empty."""
     dims = cr_by_state["dimensions"]
     fig, axes = plt.subplots(1, len(dims), figsize=(3.4 * len(dims), 3.0), squeeze=False)
     for ax, dim in zip(axes[0], dims):
@@ -53,11 +55,20 @@ def cr_by_value_plot(cr_by_state: dict, path: Path) -> Path:
         lo = [m - (stats[v]["ci95"][0] if stats[v]["ci95"][0] is not None else m) for v, m in zip(values, means)]
         hi = [(stats[v]["ci95"][1] if stats[v]["ci95"][1] is not None else m) - m for v, m in zip(values, means)]
         ax.bar(values, means, yerr=[lo, hi], capsize=3, color="#4c72b0")
-        ax.set_ylim(0, 1)
+        ax.plot(values, means, "o", color="#1f3a66", markersize=4)
+        for v, m, h in zip(values, means, hi):
+            ax.annotate(f"{m:.2f}\nn={stats[v]['n']}", (v, m + h), textcoords="offset points", xytext=(0, 3),
+                        ha="center", fontsize=7)
+        ax.set_ylim(-0.03, 1.25)
+        ax.axhline(0, color="#888", linewidth=0.6)
         ax.set_xlabel(dim)
         ax.set_ylabel("CR (95% CI)")
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
+
+
+def cr_by_value_plot(cr_by_state: dict, path: Path) -> Path:
+    return _save(cr_by_value_figure(cr_by_state), path)
 
 
 def outcome_plot(end_reasons: dict[str, int], path: Path) -> Path:

@@ -56,6 +56,40 @@ def summary_rows(results: dict) -> list[list[str]]:
     return rows
 
 
+def _settings_text(d: dict, skip: Sequence[str] = ("name",)) -> str:
+    """`key value, ...` for a flat view of a settings dict (nested dicts inline, None left out)."""
+    parts = []
+    for k, v in d.items():
+        if k in skip or v is None or v == [] or v == {} or (isinstance(v, str) and len(v) > 40):
+            continue  # long texts (prompts, messages) stay in results.json
+        if isinstance(v, dict):
+            v = _settings_text(v, ())
+        elif isinstance(v, (list, tuple)):
+            v = ", ".join(map(str, v))
+        parts.append(f"{k} {v}")
+    return "; ".join(parts)
+
+
+def setup_rows(results: dict) -> list[list[str]]:
+    """What a reader needs to know first: who played whom, on which profiles, with which decoding.
+    The full settings stay machine-readable in results.json."""
+    s, c, agent = results["settings"], results["counts"], results["settings"]["agent"]
+    ts, user = s["testset"], s["user_simulator"]
+    params = results.get("agent_params")
+    model = agent.get("model") or agent.get("rules") or agent.get("path") or ""
+    return [["agent", f"{s['agent_spec']}" + (f" ({params / 1e6:.0f}M parameters)" if params else "")
+             + (f"; {model}" if model and str(model) not in s["agent_spec"] else "")],
+            ["decoding", _settings_text(agent.get("sampling") or {}) or "scripted (no sampling)"],
+            ["user simulator", f"{user.get('name')}: " + (_settings_text(user, ("name", "dynamics"))
+                                                           or "default settings")],
+            ["test set", f"{ts['evaluated']} of {ts['size']} profiles x {s['trials']} trial(s), hash {ts['hash']}, "
+                         f"seed {s['seed']}"],
+            ["dialogue limits", _settings_text(s.get("dialogue") or {})],
+            ["dialogues", f"{c['dialogues']}: {c['completed']} completed, {c['failed']} failed, "
+                          f"{c['sim_error']} simulator errors (excluded)"],
+            ["tokens, cost", f"{_settings_text(results['tokens'], ())}; cost {results['cost']['total']:.4f}"]]
+
+
 def write_eval_report(out: Path, name: str, results: dict, episodes: Sequence[Episode], space: ProfileSpace) -> Path:
     plots = out / "plots"
     images = [{"title": f"CR over {a} x {b}", "uri": data_uri(cr_heatmap(episodes, space, (a, b),
@@ -65,14 +99,9 @@ def write_eval_report(out: Path, name: str, results: dict, episodes: Sequence[Ep
                    "uri": data_uri(cr_by_value_plot(results["cr_by_state"], plots / "cr_by_value.png"))})
     images.append({"title": "end reasons", "uri": data_uri(outcome_plot(results["end_reasons"],
                                                                         plots / "end_reasons.png"))})
-    s, c = results["settings"], results["counts"]
-    subtitle = [f"agent: {s['agent_spec']}", f"user simulator: {json.dumps(s['user_simulator'])}",
-                f"test set {s['testset']['hash']} ({s['testset']['evaluated']} of {s['testset']['size']} profiles "
-                f"x {s['trials']} trials), seed {s['seed']}",
-                f"{c['dialogues']} dialogues: {c['completed']} completed, {c['failed']} failed, "
-                f"{c['sim_error']} simulator errors (excluded)",
-                f"tokens {json.dumps(results['tokens'])}; cost {results['cost']['total']:.4f}"]
-    tables = [{"caption": "Metrics", "headers": ["metric", "mean", "std", "95% CI", "n"], "rows": summary_rows(results)}]
-    return render_page(out / "report.html", title=f"SEAD evaluation: {name}", subtitle=subtitle, tables=tables,
+    tables = [{"caption": "Setup", "headers": [], "rows": setup_rows(results)}]
+    tables.append({"caption": "Metrics", "headers": ["metric", "mean", "std", "95% CI", "n"],
+                   "rows": summary_rows(results)})
+    return render_page(out / "report.html", title=f"SEAD evaluation: {name}", tables=tables,
                        images=images, dialogues={"dimensions": list(space.sampled_names),
                                                  "dialogues": [viewer_record(e) for e in episodes]})
