@@ -18,11 +18,12 @@ setup(
     install_requires=requirements("requirements.txt"),
     package_data={"sead.eval": ["templates/*.j2"]},
     # playwright drives Debian's chromium (scripts/test.sh installs it) in the report test; no browser download.
-    extras_require={"test": ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3", "playwright>=1.45", "ruff>=0.8"],
-                    # The multi-GPU backend (sead/verl_backend). verl-core adds what its trainer imports;
-                    # never the cpu/vllm/fsdp extras here: they pin another torch build.
-                    "verl": ["verl[verl-core]==0.9.1"]},
+    extras_require={
+        "test": ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3", "playwright>=1.45", "ruff>=0.8"],
+        # The multi-GPU backend (sead/verl_backend). verl-core adds what its trainer imports;
+        # never the cpu/vllm/fsdp extras here: they pin another torch build.
+        "verl": ["verl[verl-core]==0.9.1"],
+    },
     # verl loads the adapter's registrations (agent loop, trainer mode) in every process that imports verl.
-    entry_points={"console_scripts": ["sead=sead.cli.main:main"],
-                  "verl.plugins": ["sead=sead.verl_backend.plugin"]},
+    entry_points={"console_scripts": ["sead=sead.cli.main:main"], "verl.plugins": ["sead=sead.verl_backend.plugin"]},
 )

@@ -29,6 +29,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sead.run.layout import RunLayout
+
 HERE = Path(__file__).resolve().parent
 LIMIT_MINUTES = 60  # training time the claim may use (issue 5): "after" is the last point within it
 console = Console()
@@ -39,9 +41,15 @@ console = Console()
 # (~120 tokens), and a turn with no <response> ends the dialogue as a failure instead of a retry. Greedy, the base
 # model opens every dialogue with the same untagged echo of its prompt; with retries it would spend up to 8 turns
 # x 144 tokens per dialogue on that, and its measurement alone would take most of an hour on this machine.
-TASK = ["scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt",
-        "dialogue.max_turns=8", "dialogue.max_new_tokens=144", "dialogue.max_context_tokens=2048",
-        "dialogue.on_malformed=end", "trainer.max_batch=64", "trainer.logging.tensorboard=false"]
+TASK = [
+    "scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt",
+    "dialogue.max_turns=8",
+    "dialogue.max_new_tokens=144",
+    "dialogue.max_context_tokens=2048",
+    "dialogue.on_malformed=end",
+    "trainer.max_batch=64",
+    "trainer.logging.tensorboard=false",
+]
 # How the 135M model gets a learning signal at all (README, "Why a warm-up"): the compact prompt carries a
 # one-line answer for every kind of concern, led by the cue words owners use for it, so answering is mostly
 # finding the line that shares words with what the owner said (an FAQ lookup, not reasoning); the model first
@@ -54,19 +62,37 @@ TASK = ["scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt",
 # Sized for a 2-core CPU, where one forward + backward over a ~1,000-token dialogue takes 10-20 s: no KL reference
 # pass (a few steps at lr 1e-5 stay near the warmed model anyway), and no validation between warm-up and RL (one
 # 128-dialogue pass of a warmed model costs 40-100 minutes here; the run still validates where it stops).
-RECIPE = ["trainer.warmup.dialogues=256", "trainer.warmup.epochs=1", "trainer.warmup.lr=1e-4",
-          "trainer.warmup.micro_batch=1", "trainer.warmup.max_minutes=46",
-          "reward.stage_progress=0.5", "reward.format=0.1",
-          "trainer.iterations=1", "trainer.steps_per_iteration=1000", "controller.update_every=1000",
-          "trainer.profiles_per_step=2", "trainer.rollouts_per_profile=5", "trainer.save_every=1000",
-          "trainer.sampling.temperature=1.0", "trainer.update.temperature=1.0", "trainer.update.kl_coef=0",
-          "trainer.update.lr=1e-5", "trainer.update.warmup_steps=1", "trainer.update.dynamic_sampling=true",
-          "trainer.update.micro_batch=4", "trainer.validation.at_start=false"]
+RECIPE = [
+    "trainer.warmup.dialogues=256",
+    "trainer.warmup.epochs=1",
+    "trainer.warmup.lr=1e-4",
+    "trainer.warmup.micro_batch=1",
+    "trainer.warmup.max_minutes=46",
+    "reward.stage_progress=0.5",
+    "reward.format=0.1",
+    "trainer.iterations=1",
+    "trainer.steps_per_iteration=1000",
+    "controller.update_every=1000",
+    "trainer.profiles_per_step=2",
+    "trainer.rollouts_per_profile=5",
+    "trainer.save_every=1000",
+    "trainer.sampling.temperature=1.0",
+    "trainer.update.temperature=1.0",
+    "trainer.update.kl_coef=0",
+    "trainer.update.lr=1e-5",
+    "trainer.update.warmup_steps=1",
+    "trainer.update.dynamic_sampling=true",
+    "trainer.update.micro_batch=4",
+    "trainer.validation.at_start=false",
+]
 
 
 def held_out(args) -> list[str]:
-    return [f"trainer.validation.profiles={args.profiles}", f"trainer.validation.trials={args.trials}",
-            f"trainer.validation.seed={args.seed}"]
+    return [
+        f"trainer.validation.profiles={args.profiles}",
+        f"trainer.validation.trials={args.trials}",
+        f"trainer.validation.seed={args.seed}",
+    ]
 
 
 def run_validation_only(args, name: str, model: list[str], title: str) -> Path:
@@ -75,12 +101,25 @@ def run_validation_only(args, name: str, model: list[str], title: str) -> Path:
     from sead.trainer.loop import train
 
     run = args.out / name
-    if not (run / "validation" / "iter_000.json").exists():
+    if not RunLayout(run).validation_metrics(0).exists():
         console.rule(f"[bold]{title}")
         # after the user's overrides: whatever they set, this run must not train
-        train(load_config([*TASK, *held_out(args), *args.overrides, *model, "trainer.iterations=0",
-                           "trainer.warmup.dialogues=0", "trainer.warmup.reuse=null",
-                           "trainer.validation.at_start=true", f"run_dir={run}", "resume=false"]))
+        train(
+            load_config(
+                [
+                    *TASK,
+                    *held_out(args),
+                    *args.overrides,
+                    *model,
+                    "trainer.iterations=0",
+                    "trainer.warmup.dialogues=0",
+                    "trainer.warmup.reuse=null",
+                    "trainer.validation.at_start=true",
+                    f"run_dir={run}",
+                    "resume=false",
+                ]
+            )
+        )
     return run
 
 
@@ -90,10 +129,14 @@ def run_before(args) -> Path:
 
 def run_warmed(args, trained: Path) -> None:
     """The model as the warm-up left it (saved by the training run), before any RL step: its own curve point."""
-    model = trained / "warmup" / "model"
+    model = RunLayout(trained).warmup.model
     if model.is_dir():
-        run_validation_only(args, "warmed", ["model.preset=path", f"model.path={model}"],
-                            "warm-up only: the training run's model before its first GRPO step")
+        run_validation_only(
+            args,
+            "warmed",
+            ["model.preset=path", f"model.path={model}"],
+            "warm-up only: the training run's model before its first GRPO step",
+        )
 
 
 def run_training(args) -> Path:
@@ -102,9 +145,20 @@ def run_training(args) -> Path:
 
     run = args.out / "train"
     console.rule(f"[bold]training: warm-up + GRPO, at most {args.minutes:g} minutes")
-    resume = (run / "metrics.jsonl").exists()
-    train(load_config([*TASK, *RECIPE, *held_out(args), f"trainer.max_minutes={args.minutes}", *args.overrides,
-                       f"run_dir={run}", f"resume={str(resume).lower()}"]))
+    resume = RunLayout(run).metrics.exists()
+    train(
+        load_config(
+            [
+                *TASK,
+                *RECIPE,
+                *held_out(args),
+                f"trainer.max_minutes={args.minutes}",
+                *args.overrides,
+                f"run_dir={run}",
+                f"resume={str(resume).lower()}",
+            ]
+        )
+    )
     return run
 
 
@@ -116,44 +170,60 @@ def point(path: Path, label: str) -> dict:
     m = json.loads(path.read_text())
     cr = m["metrics"]["CR"]
     completed = round(cr["mean"] * cr["n"])
-    return {"label": label, "CR": cr["mean"], "completed": completed, "n": cr["n"],
-            "ci95": wilson_interval(completed, cr["n"]), "ci95_bootstrap": cr["ci95"], "step": m["at"]["step"],
-            "train_minutes": m["at"]["train_minutes"], "end_reasons": m["end_reasons"]}
+    return {
+        "label": label,
+        "CR": cr["mean"],
+        "completed": completed,
+        "n": cr["n"],
+        "ci95": wilson_interval(completed, cr["n"]),
+        "ci95_bootstrap": cr["ci95"],
+        "step": m["at"]["step"],
+        "train_minutes": m["at"]["train_minutes"],
+        "end_reasons": m["end_reasons"],
+    }
 
 
 def collect(before: Path, trained: Path, warmed: Path | None = None) -> dict:
     """The report, read only from the run directories (their resolved configs say what was run)."""
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(trained / "config.yaml")
+    layout = RunLayout(trained)
+    cfg = OmegaConf.load(layout.config)
     val = cfg.trainer.validation
     for other in filter(None, (before, warmed)):
-        other_cfg = OmegaConf.load(other / "config.yaml")
+        other_cfg = OmegaConf.load(RunLayout(other).config)
         other_val = other_cfg.trainer.validation
         if (val.profiles, val.trials, val.seed) != (other_val.profiles, other_val.trials, other_val.seed):
             raise SystemExit(f"{other} and {trained} were validated on different held-out sets")
         for group in ("scenario", "dialogue", "usersim"):
             if cfg[group] != other_cfg[group]:
-                raise SystemExit(f"{other} and {trained} pose different tasks ({group} differs); delete {other} to "
-                                 "measure it again")
-    warm = trained / "warmup" / "summary.json"
+                raise SystemExit(
+                    f"{other} and {trained} pose different tasks ({group} differs); delete {other} to measure it again"
+                )
+    warm = layout.warmup.summary
     summary = json.loads(warm.read_text()) if warm.exists() else None
-    base = point(before / "validation" / "iter_000.json", "base model")
+    base = point(RunLayout(before).validation_metrics(0), "base model")
     curve = [base]
     if warmed is not None:
-        curve.append({**point(warmed / "validation" / "iter_000.json", "warm-up only"),
-                      "train_minutes": summary["minutes"]})
-    for p in sorted((trained / "validation").glob("iter_*.json")):
-        pt = point(p, "")  # labelled by its own step count, read once with the rest
+        curve.append(
+            {**point(RunLayout(warmed).validation_metrics(0), "warm-up only"), "train_minutes": summary["minutes"]}
+        )
+    for i in layout.validated_iterations():
+        pt = point(layout.validation_metrics(i), "")  # labelled by its own step count, read once with the rest
         curve.append({**pt, "label": f"warm-up + {pt['step']} GRPO step{'' if pt['step'] == 1 else 's'}"})
     # the benchmark's claim is about at most LIMIT_MINUTES of training: the last point inside it
     after = [p for p in curve if p["train_minutes"] <= LIMIT_MINUTES][-1]
     return {
-        "model": "SmolLM2-135M-Instruct", "user_simulator": str(cfg.usersim.name),
+        "model": "SmolLM2-135M-Instruct",
+        "user_simulator": str(cfg.usersim.name),
         "held_out": {"profiles": val.profiles, "trials": val.trials, "seed": val.seed},
-        "budget_minutes": cfg.trainer.max_minutes, "limit_minutes": LIMIT_MINUTES,
-        "config": OmegaConf.to_container(cfg), "warmup": summary,
-        "before": base, "after": after, "curve": curve,
+        "budget_minutes": cfg.trainer.max_minutes,
+        "limit_minutes": LIMIT_MINUTES,
+        "config": OmegaConf.to_container(cfg),
+        "warmup": summary,
+        "before": base,
+        "after": after,
+        "curve": curve,
         "gain_points": 100 * (after["CR"] - base["CR"]),
         "cis_overlap": not (after["ci95"][0] > base["ci95"][1] or base["ci95"][0] > after["ci95"][1]),
         "rl_steps": rl_steps(trained),
@@ -164,29 +234,52 @@ def collect(before: Path, trained: Path, warmed: Path | None = None) -> dict:
 def rl_steps(run: Path) -> list[dict]:
     """What each GRPO step saw: sampled rollouts of the controller's profiles (not the held-out set), and how many
     groups carried a gradient (dynamic sampling drops groups whose rewards are all equal)."""
-    lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
-    return [{"step": m["step"], "reward": m["reward"], "CR": m["CR"], "groups": m["groups"],
-             "groups_dropped": m["groups_dropped"], "step_s": m["time"]["step_s"]} for m in lines]
+    lines = [json.loads(l) for l in RunLayout(run).metrics.read_text().splitlines() if '"reward"' in l]
+    return [
+        {
+            "step": m["step"],
+            "reward": m["reward"],
+            "CR": m["CR"],
+            "groups": m["groups"],
+            "groups_dropped": m["groups_dropped"],
+            "step_s": m["time"]["step_s"],
+        }
+        for m in lines
+    ]
 
 
 def show(result: dict) -> None:
-    table = Table(title=f"CR on {result['held_out']['profiles']} held-out profiles x {result['held_out']['trials']} "
-                        "trials (greedy)")
+    table = Table(
+        title=f"CR on {result['held_out']['profiles']} held-out profiles x {result['held_out']['trials']} "
+        "trials (greedy)"
+    )
     for col in ("point", "training min", "RL steps", "CR", "95% CI (Wilson)", "completed / n"):
         table.add_column(col, justify="left" if col == "point" else "right")
     for p in result["curve"]:
-        table.add_row(p["label"], f"{p['train_minutes']:.1f}", str(p["step"]), f"{p['CR']:.3f}",
-                      f"{p['ci95'][0]:.3f}-{p['ci95'][1]:.3f}", f"{p['completed']} / {p['n']}")
+        table.add_row(
+            p["label"],
+            f"{p['train_minutes']:.1f}",
+            str(p["step"]),
+            f"{p['CR']:.3f}",
+            f"{p['ci95'][0]:.3f}-{p['ci95'][1]:.3f}",
+            f"{p['completed']} / {p['n']}",
+        )
     console.print(table)
     for m in result["rl_steps"]:
-        console.print(f"GRPO step {m['step']}: rollout reward {m['reward']:.3f}, rollout CR {m['CR']:.3f}, "
-                      f"{m['groups'] - m['groups_dropped']}/{m['groups']} groups with a gradient, {m['step_s']:.0f}s")
+        console.print(
+            f"GRPO step {m['step']}: rollout reward {m['reward']:.3f}, rollout CR {m['CR']:.3f}, "
+            f"{m['groups'] - m['groups_dropped']}/{m['groups']} groups with a gradient, {m['step_s']:.0f}s"
+        )
     met = result["gain_points"] >= 10 and not result["cis_overlap"]
-    console.print(f"after = {result['after']['label']} ({result['after']['train_minutes']:.1f} min of training, the "
-                  f"last point within {result['limit_minutes']} min)")
-    console.print(f"before {result['before']['CR']:.3f} -> after {result['after']['CR']:.3f}: gain "
-                  f"[bold]{result['gain_points']:+.1f} points[/], CIs {'overlap' if result['cis_overlap'] else 'apart'}"
-                  f" -> target (+10 points, CIs apart) {'[green]met' if met else '[red]not met'}")
+    console.print(
+        f"after = {result['after']['label']} ({result['after']['train_minutes']:.1f} min of training, the "
+        f"last point within {result['limit_minutes']} min)"
+    )
+    console.print(
+        f"before {result['before']['CR']:.3f} -> after {result['after']['CR']:.3f}: gain "
+        f"[bold]{result['gain_points']:+.1f} points[/], CIs {'overlap' if result['cis_overlap'] else 'apart'}"
+        f" -> target (+10 points, CIs apart) {'[green]met' if met else '[red]not met'}"
+    )
 
 
 def plot(result: dict, path: Path) -> None:
@@ -203,8 +296,14 @@ def plot(result: dict, path: Path) -> None:
     ax.errorbar(x, y, yerr=err, marker="o", capsize=4)
     for i, (xi, yi, p) in enumerate(zip(x, y, pts)):
         last = i == len(pts) - 1 and i > 0  # label the last point to its left, inside the axes
-        ax.annotate(f"{p['label']}\n{yi:.1f} %", (xi, yi), textcoords="offset points", xytext=(-6 if last else 6, 8),
-                    ha="right" if last else "left", fontsize=8)
+        ax.annotate(
+            f"{p['label']}\n{yi:.1f} %",
+            (xi, yi),
+            textcoords="offset points",
+            xytext=(-6 if last else 6, 8),
+            ha="right" if last else "left",
+            fontsize=8,
+        )
     top = max(100 * p["ci95"][1] for p in pts)
     if result["warmup"]:
         ref = 100 * result["warmup"]["reference_CR"]
@@ -216,8 +315,10 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylim(0, top + 10)
     ax.set_xlabel("training time, minutes (warm-up + GRPO; validation not counted)")
     ax.set_ylabel("completion rate, % (95% Wilson CI)")
-    ax.set_title(f"SmolLM2-135M vs scripted user: {result['held_out']['profiles']} profiles x "
-                 f"{result['held_out']['trials']} trials, greedy")
+    ax.set_title(
+        f"SmolLM2-135M vs scripted user: {result['held_out']['profiles']} profiles x "
+        f"{result['held_out']['trials']} trials, greedy"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -225,8 +326,12 @@ def plot(result: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=58.0,
-                    help="training budget (at most 60 in the benchmark; no step is started that would overrun it)")
+    ap.add_argument(
+        "--minutes",
+        type=float,
+        default=58.0,
+        help="training budget (at most 60 in the benchmark; no step is started that would overrun it)",
+    )
     ap.add_argument("--profiles", type=int, default=64)
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--seed", type=int, default=4242, help="seed of the held-out profiles and their dialogues")
@@ -240,7 +345,7 @@ def main() -> None:
     if not args.report_only:
         before, trained = run_before(args), run_training(args)
         run_warmed(args, trained)
-    result = collect(before, trained, warmed if (warmed / "validation" / "iter_000.json").exists() else None)
+    result = collect(before, trained, warmed if RunLayout(warmed).validation_metrics(0).exists() else None)
     args.results.with_suffix(".json").write_text(json.dumps(result, indent=2))
     plot(result, args.results.with_suffix(".png"))
     show(result)

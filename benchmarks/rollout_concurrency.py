@@ -29,9 +29,20 @@ from sead.scenario import Profile
 @contextmanager
 def simulator_server(latency: float, finish_after: int):
     """The fake simulator in its own process, as a real vLLM server would be."""
-    proc = subprocess.Popen([sys.executable, "-m", "sead.testing.fake_openai_server", "--latency", str(latency),
-                             "--finish-after", str(finish_after)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sead.testing.fake_openai_server",
+            "--latency",
+            str(latency),
+            "--finish-after",
+            str(finish_after),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         yield proc.stdout.readline().strip(), proc.pid
     finally:
@@ -49,7 +60,10 @@ class FixedLatencyAgent(TextAgent):
         n = sum(m["role"] == "assistant" for m in messages)
         return self.scenario.tags.format_agent(
             f"Thanks for your patience. Step {n}: open the back-office app and tap the button at the top right.",
-            {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0}, min(n, 3), 0)
+            {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0},
+            min(n, 3),
+            0,
+        )
 
 
 def process_cpu_s(pid: int) -> float:
@@ -68,19 +82,29 @@ def main() -> None:
     scenario = build_scenario(load_config([]))
     tok = load_tokenizer()
     agent = FixedLatencyAgent(tok, scenario, args.latency)
-    jobs = [EpisodeJob(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), seed=i, episode_id=str(i))
-            for i in range(args.dialogues)]
+    jobs = [
+        EpisodeJob(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), seed=i, episode_id=str(i))
+        for i in range(args.dialogues)
+    ]
     cfg = RunnerConfig(max_turns=args.turns, concurrency=args.dialogues, user_timeout=30.0)
     # The user finishes one turn before the limit, so every dialogue has turns-1 user calls.
     with simulator_server(args.latency, args.turns - 1) as (url, server_pid), Progress() as progress:
-        user = build_usersim(load_config(["usersim=openai", f"usersim.base_urls=[{url}]",
-                                          "usersim.model=fake-user-sim"]), scenario)
+        user = build_usersim(
+            load_config(["usersim=openai", f"usersim.base_urls=[{url}]", "usersim.model=fake-user-sim"]), scenario
+        )
         bar = progress.add_task("dialogues", total=len(jobs))
 
         async def go():
             try:
-                return await run_batch(jobs, scenario=scenario, agent=agent, user=user, tokenizer=tok, cfg=cfg,
-                                       on_done=lambda ep: progress.advance(bar))
+                return await run_batch(
+                    jobs,
+                    scenario=scenario,
+                    agent=agent,
+                    user=user,
+                    tokenizer=tok,
+                    cfg=cfg,
+                    on_done=lambda ep: progress.advance(bar),
+                )
             finally:
                 await user.aclose()
 
@@ -94,20 +118,26 @@ def main() -> None:
     runner_s = sum(e.meta["timing"]["runner_s"] for e in episodes)
     turn_time = sum(e.meta["timing"]["total_s"] for e in episodes) / sum(turns)
     overhead = runner_s / sum(turns) / turn_time
-    result = {"dialogues": len(episodes), "turns_total": sum(turns), "wall_s": round(wall, 3),
-              "ideal_s": round(ideal, 3), "wall_over_ideal": round(wall / ideal, 3),
-              "runner_ms_per_turn": round(1000 * runner_s / sum(turns), 3),
-              "runner_overhead_pct_of_turn": round(100 * overhead, 2),
-              "end_reasons": sorted({e.end_reason for e in episodes}),
-              # Where the CPU went: this process (runner, fake agent, HTTP client) and the fake server, which
-              # shares the machine's cores (a real simulator runs on its own GPUs).
-              "client_cpu_ms_per_turn": round(1000 * client_cpu / sum(turns), 3),
-              "server_cpu_ms_per_user_call": round(1000 * server_cpu / max(1, sum(user_calls)), 3)}
+    result = {
+        "dialogues": len(episodes),
+        "turns_total": sum(turns),
+        "wall_s": round(wall, 3),
+        "ideal_s": round(ideal, 3),
+        "wall_over_ideal": round(wall / ideal, 3),
+        "runner_ms_per_turn": round(1000 * runner_s / sum(turns), 3),
+        "runner_overhead_pct_of_turn": round(100 * overhead, 2),
+        "end_reasons": sorted({e.end_reason for e in episodes}),
+        # Where the CPU went: this process (runner, fake agent, HTTP client) and the fake server, which
+        # shares the machine's cores (a real simulator runs on its own GPUs).
+        "client_cpu_ms_per_turn": round(1000 * client_cpu / sum(turns), 3),
+        "server_cpu_ms_per_user_call": round(1000 * server_cpu / max(1, sum(user_calls)), 3),
+    }
     print(json.dumps(result, indent=2))
-    print(f"wall/ideal = {wall / ideal:.3f} (target <= 1.2); a perfectly concurrent run on one core needs at most "
-          f"{1000 * ideal / sum(turns):.2f} ms of CPU per turn, this process spent {1000 * client_cpu / sum(turns):.2f}")
-    print(f"runner overhead = {100 * overhead:.2f}% of turn time "
-          f"(target < 5%)")
+    print(
+        f"wall/ideal = {wall / ideal:.3f} (target <= 1.2); a perfectly concurrent run on one core needs at most "
+        f"{1000 * ideal / sum(turns):.2f} ms of CPU per turn, this process spent {1000 * client_cpu / sum(turns):.2f}"
+    )
+    print(f"runner overhead = {100 * overhead:.2f}% of turn time (target < 5%)")
 
 
 if __name__ == "__main__":

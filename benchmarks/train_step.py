@@ -23,9 +23,10 @@ from transformers import DynamicCache
 from sead.config import build_scenario, load_config
 from sead.dialogue import AgentRequest
 from sead.models.loading import ModelConfig, load_model
+from sead.trainer.estimators import Sequence
 from sead.trainer.policy import HFPolicy, SamplingConfig
 from sead.trainer.turn_cache import GrowingCache
-from sead.trainer.update import Sequence, masked_logprobs
+from sead.trainer.update import masked_logprobs
 
 
 def timed(fn, repeats):
@@ -42,10 +43,12 @@ def dialogues(model, tok, prompts, args, turn_cache_mb: float) -> None:
     ~30-token user turn in the chat template. Both settings give the same tokens (tests/test_policy_sampling.py)."""
     policy = HFPolicy(model, tok, SamplingConfig(temperature=0.0), turn_cache_mb=turn_cache_mb)
     prompts = list(prompts)
-    for t in range(args.turns):
+    for _t in range(args.turns):
         outs = policy.sample([AgentRequest(p, [], args.new_tokens, seed=i) for i, p in enumerate(prompts)])
-        user = "<|im_start|>user\n<response>Hm. Okay, and what does it cost me, exactly? Tell me.</response>" \
-               f"<|im_end|>\n<|im_start|>assistant\n"
+        user = (
+            "<|im_start|>user\n<response>Hm. Okay, and what does it cost me, exactly? Tell me.</response>"
+            "<|im_end|>\n<|im_start|>assistant\n"
+        )
         prompts = [p + o.token_ids + tok(user, add_special_tokens=False)["input_ids"] for p, o in zip(prompts, outs)]
 
 
@@ -55,8 +58,10 @@ def decode_step(model, rows: int, cache_cls) -> float:
     torch.manual_seed(0)
     cache = cache_cls()
     model(input_ids=torch.randint(100, 20000, (rows, 600)), past_key_values=cache, use_cache=True, logits_to_keep=1)
-    return min(timed(lambda: model(input_ids=torch.randint(100, 2000, (rows, 1)), past_key_values=cache,
-                                   use_cache=True), 1) for _ in range(4))
+    return min(
+        timed(lambda: model(input_ids=torch.randint(100, 2000, (rows, 1)), past_key_values=cache, use_cache=True), 1)
+        for _ in range(4)
+    )
 
 
 def main() -> None:
@@ -73,8 +78,10 @@ def main() -> None:
     system = tok.apply_chat_template([{"role": "system", "content": sop}], tokenize=False, add_generation_prompt=True)
     base = tok(system, add_special_tokens=False)["input_ids"]
     # Each row: the SOP prompt plus a short, different conversation so far.
-    prompts = [base + tok(f"Hello, this is Alex, turn {i}. " * (1 + i % 3), add_special_tokens=False)["input_ids"]
-               for i in range(args.rows)]
+    prompts = [
+        base + tok(f"Hello, this is Alex, turn {i}. " * (1 + i % 3), add_special_tokens=False)["input_ids"]
+        for i in range(args.rows)
+    ]
     requests = [AgentRequest(p, [], args.new_tokens, seed=i) for i, p in enumerate(prompts)]
     sampling = SamplingConfig(temperature=0.0)
     plain = HFPolicy(model, tok, sampling, share_prefix=False, turn_cache_mb=0)
@@ -84,16 +91,19 @@ def main() -> None:
     t_plain = timed(lambda: plain.sample(requests), args.repeats)
     t_shared = timed(lambda: shared.sample(requests), args.repeats)
 
-    t_recompute, t_turn_cache = (timed(lambda: dialogues(model, tok, prompts, args, mb), 1) for mb in (0, 4096))
-    t_dynamic, t_growing = (decode_step(model, args.decode_rows, cache_cls) for cache_cls in (DynamicCache, GrowingCache))
+    t_recompute, t_turn_cache = (timed(lambda mb=mb: dialogues(model, tok, prompts, args, mb), 1) for mb in (0, 4096))
+    t_dynamic, t_growing = (
+        decode_step(model, args.decode_rows, cache_cls) for cache_cls in (DynamicCache, GrowingCache)
+    )
 
     seqs = []
     for p in prompts:
-        reply = tok("<response>Sure, let me help you claim the credit.</response><stage>1</stage>",
-                    add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        reply = tok(
+            "<response>Sure, let me help you claim the credit.</response><stage>1</stage>", add_special_tokens=False
+        )["input_ids"] + [tok.eos_token_id]
         ids = torch.tensor(p + reply)
         mask = torch.zeros_like(ids)
-        mask[len(p):] = 1
+        mask[len(p) :] = 1
         seqs.append(Sequence(ids, mask, 1.0))
     agent_tokens = sum(int(s.mask.sum()) for s in seqs)
 
@@ -116,25 +126,32 @@ def main() -> None:
     t_picked = timed(lambda: picked(False), args.repeats)
     t_prefix = timed(lambda: picked(True), args.repeats)
     result = {
-        "rows": args.rows, "prompt_tokens": len(base), "new_tokens_per_row": args.new_tokens,
+        "rows": args.rows,
+        "prompt_tokens": len(base),
+        "new_tokens_per_row": args.new_tokens,
         "generation_tok_s": {"plain": n_new / t_plain, "shared_prefix": n_new / t_shared},
         "generation_speedup": t_plain / t_shared,
-        "dialogue_generation_s": {"turns": args.turns, "recompute_history": t_recompute,
-                                  "turn_cache": t_turn_cache},
+        "dialogue_generation_s": {"turns": args.turns, "recompute_history": t_recompute, "turn_cache": t_turn_cache},
         "turn_cache_speedup": t_recompute / t_turn_cache,
         "decode_step_s": {"rows": args.decode_rows, "dynamic_cache": t_dynamic, "growing_cache": t_growing},
         "growing_cache_speedup": t_dynamic / t_growing,
-        "train_forward_backward_s": {"full_logits": t_full, "agent_positions_only": t_picked,
-                                     "agent_positions_and_shared_prompt": t_prefix},
-        "train_speedup_vs_full_logits": t_full / t_prefix, "shared_prompt_speedup": t_picked / t_prefix,
+        "train_forward_backward_s": {
+            "full_logits": t_full,
+            "agent_positions_only": t_picked,
+            "agent_positions_and_shared_prompt": t_prefix,
+        },
+        "train_speedup_vs_full_logits": t_full / t_prefix,
+        "shared_prompt_speedup": t_picked / t_prefix,
         "agent_tokens": agent_tokens,
     }
     print(json.dumps(result, indent=2))
-    print(f"generation: shared prefix {t_plain / t_shared:.2f}x plain; over {args.turns}-turn dialogues, turn cache "
-          f"{t_recompute / t_turn_cache:.2f}x recomputing the history; decoding step with the growing cache "
-          f"{t_dynamic / t_growing:.2f}x DynamicCache; training forward+backward: "
-          f"agent-positions-only LM head {t_full / t_picked:.2f}x full logits, plus the shared prompt "
-          f"{t_picked / t_prefix:.2f}x more ({t_full / t_prefix:.2f}x the naive forward)")
+    print(
+        f"generation: shared prefix {t_plain / t_shared:.2f}x plain; over {args.turns}-turn dialogues, turn cache "
+        f"{t_recompute / t_turn_cache:.2f}x recomputing the history; decoding step with the growing cache "
+        f"{t_dynamic / t_growing:.2f}x DynamicCache; training forward+backward: "
+        f"agent-positions-only LM head {t_full / t_picked:.2f}x full logits, plus the shared prompt "
+        f"{t_picked / t_prefix:.2f}x more ({t_full / t_prefix:.2f}x the naive forward)"
+    )
 
 
 if __name__ == "__main__":

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import logging
+import operator
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -37,27 +41,172 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "sead") -> Dic
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as e:
         raise SEADInputError(f"bad config or override: {e}".strip()) from None
+    except UnicodeDecodeError:
+        from sead.errors import read_user_text
+
+        for f in sorted(config_dir().rglob("*.yaml")):  # Hydra does not say which file it could not decode
+            read_user_text(f, "config file")
+        raise
+    if cfg.get("resume") and config_name == "sead":
+        from sead.run.frozen_config import with_saved_settings
+
+        # A preset (a group that sets keys all over the config) is the base the run's values are read against;
+        # a group with a section of its own (`usersim=openai`) sets that whole section.
+        base = [o for o in overrides if _group_choice(o) and _group_choice(o) not in cfg]
+        cfg = with_saved_settings(cfg, load_config(base), overrides)
     return cfg
 
 
+def _group_choice(override: str) -> str | None:
+    """The group of `preset=cpu` or `usersim=openai` (a folder of configs), or None for a value override."""
+    key = override.lstrip("+~").split("=", 1)[0]
+    return key if "." not in key and (config_dir() / key).is_dir() else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """The values a config field accepts. None (an optional field switched off) always passes; a list field's
+    items are checked one by one."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def problem(self, value: Any) -> str | None:
+        bounds = [
+            (">=", self.ge, operator.ge),
+            (">", self.gt, operator.gt),
+            ("<=", self.le, operator.le),
+            ("<", self.lt, operator.lt),
+        ]
+        for v in value if isinstance(value, list) else [value]:
+            if v is None:
+                continue
+            if self.choices and v not in self.choices:
+                return f"must be one of {', '.join(self.choices)}, got {v!r}"
+            # "not inside" rather than "outside": NaN compares false to everything and is refused too
+            if any(bound is not None and not op(v, bound) for _, bound, op in bounds):
+                wanted = " and ".join(f"{sign} {bound:g}" for sign, bound, _ in bounds if bound is not None)
+                return f"must be {wanted}, got {v}"
+        return None
+
+
+def number(
+    default: Any = dataclasses.MISSING,
+    *,
+    default_factory: Any = dataclasses.MISSING,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+):
+    """A numeric config field with its domain, e.g. `max_batch: int = number(8, ge=1)`; `to_schema` checks it."""
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={"domain": Domain(ge=ge, gt=gt, le=le, lt=lt)}
+    )
+
+
+def one_of(*choices: str):
+    """A string config field that takes one of `choices`; the first is its default."""
+    return dataclasses.field(default=choices[0], metadata={"domain": Domain(choices=choices)})
+
+
 def to_schema(cls, node: Any, field: str):
-    """Check a config node against a dataclass schema: unknown keys and wrong types name the field."""
+    """Check a config node against a dataclass schema: unknown keys, wrong types and values outside a field's
+    domain (in nested dataclasses too) raise a SEADInputError naming the field."""
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), node if node is not None else {})
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or ""
-        raise SEADInputError(str(e).splitlines()[0], field=f"{field}.{key}" if key else field) from None
-    return OmegaConf.to_object(merged)
+        raise SEADInputError(str(e).splitlines()[0], field=_join(field, key) or None) from None
+    obj = OmegaConf.to_object(merged)
+    _check_domains(obj, field)
+    return obj
 
 
-@dataclass
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix and key else prefix or key
+
+
+def _check_domains(obj, prefix: str) -> None:
+    for f in dataclasses.fields(obj):
+        value, name = getattr(obj, f.name), _join(prefix, f.name)
+        if dataclasses.is_dataclass(value):
+            _check_domains(value, name)
+        elif "domain" in f.metadata and (problem := f.metadata["domain"].problem(value)):
+            raise SEADInputError(problem, field=name)
+
+
+# The config groups that have a dataclass schema. Imported when used: some schemas' modules pull in torch.
+SCHEMAS = {
+    "controller": "sead.config:ControllerConfig",
+    "dialogue": "sead.dialogue.runner:RunnerConfig",
+    "eval": "sead.eval.settings:EvalConfig",
+    "model": "sead.models.loading:ModelConfig",
+    "reward": "sead.reward:RewardWeights",
+    "trainer": "sead.trainer.schema:TrainerConfig",
+    "verl": "sead.verl_backend.launcher:VerlSettings",
+}
+
+
+def schema_of(group: str) -> type:
+    module, name = SCHEMAS[group].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def group_config(cfg: DictConfig, group: str):
+    """The config group `group` as its checked dataclass."""
+    return to_schema(schema_of(group), cfg.get(group), group)
+
+
+@dataclasses.dataclass
+class ProfilesConfig:
+    n: int = number(100, ge=1)  # `sead profiles sample`
+    out: str = "outputs/profiles.jsonl"
+
+
+@dataclasses.dataclass
+class TopLevelConfig:
+    """The keys of configs/sead.yaml outside the groups; the groups (Any here) are checked by their own schemas."""
+
+    seed: int = number(0, ge=0)
+    backend: str = one_of("embedded", "verl")
+    run_dir: str = "outputs/runs/${now:%Y%m%d-%H%M%S}"
+    resume: bool = False
+    resume_allow_changes: bool = False
+    profiles: ProfilesConfig = dataclasses.field(default_factory=ProfilesConfig)
+    scenario: Any = None  # checked when built: Scenario.from_config names every bad key
+    usersim: Any = None  # its keys are the chosen simulator's constructor arguments, checked when it is built
+    controller: Any = None
+    dialogue: Any = None
+    eval: Any = None
+    model: Any = None
+    reward: Any = None
+    trainer: Any = None
+    verl: Any = None
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every key against its schema: a misspelt top-level key, a bad key or number in a group fails at once, not
+    after a model has loaded or a run folder was written by whichever part reads it first."""
+    groups = {f.name for f in dataclasses.fields(TopLevelConfig) if f.type == "Any"}
+    # The groups are left out here: each is checked below or where it is built (usersim may hold a `???` that
+    # build_usersim names), so reading them whole would only raise OmegaConf's own error first.
+    to_schema(TopLevelConfig, OmegaConf.masked_copy(cfg, [k for k in cfg if k not in groups]), "")
+    for group in SCHEMAS:
+        group_config(cfg, group)
+
+
+@dataclasses.dataclass
 class ControllerConfig:
-    rule: str = "fixed"
-    update_every: int = 10
-    target: float = 0.5
-    band: float = 0.1
-    eps: float = 0.05
-    min_count: int = 1
+    rule: str = "fixed"  # a name in sead.controller.CURRICULA, checked where it is built
+    update_every: int = number(10, ge=1)  # training steps
+    target: float = number(0.5, ge=0, le=1)  # a completion rate
+    band: float = number(0.1, ge=0, le=1)
+    eps: float = number(0.05, gt=0, le=1)  # floor of weights that are then normalised: at 0 all could vanish
+    min_count: int = number(1, ge=1)
     marginals: Any = None
 
 
@@ -71,33 +220,37 @@ def build_controller(cfg: DictConfig, scenario):
     from sead.controller import ProfileController, make_curriculum
     from sead.scenario.profile_space import normalise_distribution
 
-    c = to_schema(ControllerConfig, cfg.get("controller"), "controller")
+    c = group_config(cfg, "controller")
     marginals = dict(scenario.default_marginals)
     for name, dist in (c.marginals or {}).items():
         if name not in scenario.space.sampled_names:
-            raise SEADInputError(f"{name!r} is not a sampled dimension of scenario {scenario.name!r}",
-                                 field=f"controller.marginals.{name}")
+            raise SEADInputError(
+                f"{name!r} is not a sampled dimension of scenario {scenario.name!r}",
+                field=f"controller.marginals.{name}",
+            )
         marginals[name] = normalise_distribution(dist, scenario.space[name], field=f"controller.marginals.{name}")
-    rule = make_curriculum(c.rule, scenario.space, marginals, target=c.target, band=c.band, eps=c.eps,
-                           min_count=c.min_count)
+    rule = make_curriculum(
+        c.rule, scenario.space, marginals, target=c.target, band=c.band, eps=c.eps, min_count=c.min_count
+    )
     return ProfileController(scenario, rule, seed=int(cfg.seed), update_every=c.update_every)
 
 
 def reward_weights(cfg: DictConfig):
-    from sead.reward import RewardWeights
-
-    return to_schema(RewardWeights, cfg.get("reward"), "reward")
+    weights = group_config(cfg, "reward")
+    simulator = (cfg.get("usersim") or {}).get("name", "scripted")
+    if weights.stage_progress and simulator != "scripted":
+        # Progress is what the user acknowledged, and only the scripted user reports that (see sead/reward.py).
+        logging.getLogger(__name__).warning(
+            "reward.stage_progress=%s has no effect with the %s simulator: it reports no acknowledged SOP stages, "
+            "so the term is 0",
+            weights.stage_progress,
+            simulator,
+        )
+    return weights
 
 
 def runner_config(cfg: DictConfig):
-    from sead.dialogue.runner import RunnerConfig
-
-    try:
-        return to_schema(RunnerConfig, cfg.get("dialogue"), "dialogue")
-    except ValueError as e:
-        if isinstance(e, SEADInputError):
-            raise
-        raise SEADInputError(str(e), field="dialogue") from None
+    return group_config(cfg, "dialogue")
 
 
 def build_usersim(cfg: DictConfig, scenario):
@@ -107,8 +260,9 @@ def build_usersim(cfg: DictConfig, scenario):
     spec = OmegaConf.to_container(cfg.usersim) if cfg.get("usersim") is not None else {"name": "scripted"}
     name = spec.pop("name", None)
     if name not in SIMULATORS:
-        raise SEADInputError(f"unknown user simulator {name!r}; choose one of {', '.join(sorted(SIMULATORS))}",
-                             field="usersim.name")
+        raise SEADInputError(
+            f"unknown user simulator {name!r}; choose one of {', '.join(sorted(SIMULATORS))}", field="usersim.name"
+        )
     missing = [k for k, v in spec.items() if v == "???"]
     if missing:
         raise SEADInputError(f"set {', '.join('usersim.' + k for k in missing)}", field=f"usersim.{missing[0]}")

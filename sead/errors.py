@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 
 
@@ -11,8 +12,9 @@ class SEADInputError(ValueError):
     The message always starts with the location (file, line, field) so a user can jump straight to it.
     """
 
-    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None,
-                 field: str | None = None):
+    def __init__(
+        self, message: str, *, path: str | Path | None = None, line: int | None = None, field: str | None = None
+    ):
         self.path, self.line, self.field, self.detail = path, line, field, message
         where = ""
         if path is not None:
@@ -33,3 +35,38 @@ def jsonl_records(text: str, path: str | Path):
             yield lineno, json.loads(raw)
         except json.JSONDecodeError as e:
             raise SEADInputError(f"invalid JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
+
+
+def read_user_bytes(path: str | Path, what: str) -> bytes:
+    """The bytes of a file the user gave; a missing file, a directory or an unreadable one raises naming it."""
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise SEADInputError(f"cannot read {what}: no such file", path=path) from None
+    except IsADirectoryError:
+        raise SEADInputError(f"cannot read {what}: it is a directory, not a file", path=path) from None
+    except OSError as e:
+        raise SEADInputError(f"cannot read {what}: {e.strerror or e}", path=path) from None
+
+
+def read_user_text(path: str | Path, what: str) -> str:
+    """The text of a file the user gave (prompt, behaviour library, rules, profiles), read as UTF-8.
+
+    Every way such a file can be unusable (missing, a directory, binary, another encoding) raises naming the file,
+    so no decoder traceback reaches the user. A leading byte-order mark, as some Windows editors write, is dropped.
+    """
+    raw = read_user_bytes(path, what).removeprefix(codecs.BOM_UTF8)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SEADInputError(
+            f"{what} is not UTF-8 text (undecodable byte {raw[e.start]:#04x}); save it as UTF-8",
+            path=path,
+            line=raw.count(b"\n", 0, e.start) + 1,
+        ) from None
+    # NUL is valid UTF-8 but never appears in a text file: it marks a binary file given by mistake.
+    nul = text.find("\0")
+    if nul >= 0:
+        raise SEADInputError(f"{what} is a binary file, not text", path=path, line=text.count("\n", 0, nul) + 1)
+    return text

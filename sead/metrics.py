@@ -15,20 +15,41 @@ Per-dialogue values (None = the metric does not apply to that dialogue):
 Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n (for a rate, `wilson_interval` gives the
 score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that
 ended by a simulator error are counted apart and excluded from every metric: they say nothing about the agent.
+
+Hack monitors (`HackMonitor`, for scenarios with a rules file) read the agent's replies the way the scripted user
+does (`Rules.read`) and show a policy gaming it rather than serving the user; each is a mean over agent replies:
+- words_per_reply;
+- stage_cues_per_reply / concern_kinds_per_reply: distinct SOP stages cued / concern kinds answered;
+- repeated_ngram_share: share of a reply's word n-grams the agent already said in the same dialogue;
+- echo_share: share of a reply's word n-grams taken from the user's last reply;
+- generic_reply_share: over replies to something the user raised (a user reply that is none of the scripted
+      user's stock lines), the share that does not serve it: neither answers the kind of concern raised nor
+      shares a content word with it, or is a salad, a repeat or an echo (None when no user raised anything);
+- unbacked_stage_share: over replies with a `<stage>` tag, the share whose words do not back it: they neither
+      cue that stage nor answer a concern, or are a salad, a repeat or an echo (tags alone move no user, and
+      SCR reads the tags).
+`flagged` names those past their limit: the scripted user's own per-reply limits (the rules' `dynamics`: the
+reply length, stages and kinds per reply, repeat and echo shares) and, for the last two, SHARE_LIMIT.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from sead.dialogue.episode import Episode
 from sead.scenario.profile_space import ProfileSpace
+from sead.usersim.rules import Reading, Rules, content_words, normalise, voiced_kinds
+from sead.usersim.rules_file import scenario_rules
 
 STATE_CHANGE_METRICS = {"EI": "emotion", "TI": "trust", "CI": "cooperation"}
 TOKEN_COMPONENTS = ("agent", "user")
+# Half the replies ignoring what the user raised, or half the stage tags claimed without the words: a policy that
+# talks past its users or games the tags.
+SHARE_LIMIT = 0.5
 
 
 def completion(ep: Episode) -> float:
@@ -60,8 +81,11 @@ def portrait_accuracy(ep: Episode, space: ProfileSpace) -> float | None:
     for t in ep.turns:
         if t.user is None:
             continue
-        errors = [abs(t.agent.portrait[d.name] - t.user.state[d.name]) / d.span for d in space.sampled
-                  if d.span and t.agent.portrait.get(d.name) is not None and t.user.state.get(d.name) is not None]
+        errors = [
+            abs(t.agent.portrait[d.name] - t.user.state[d.name]) / d.span
+            for d in space.sampled
+            if d.span and t.agent.portrait.get(d.name) is not None and t.user.state.get(d.name) is not None
+        ]
         if errors:
             per_turn.append(float(np.mean(errors)))
     return 1.0 - float(np.mean(per_turn)) if per_turn else None
@@ -114,14 +138,91 @@ def cost(tokens: Mapping[str, int], prices: Mapping[str, Mapping[str, float]]) -
     out = {}
     for comp in TOKEN_COMPONENTS:
         p = prices.get(comp, {})
-        out[comp] = (tokens.get(f"{comp}_prompt", 0) * p.get("prompt", 0.0)
-                     + tokens.get(f"{comp}_completion", 0) * p.get("completion", 0.0)) / 1e6
+        out[comp] = (
+            tokens.get(f"{comp}_prompt", 0) * p.get("prompt", 0.0)
+            + tokens.get(f"{comp}_completion", 0) * p.get("completion", 0.0)
+        ) / 1e6
     out["total"] = sum(out.values())
     return out
 
 
-def compute_metrics(episodes: Sequence[Episode], space: ProfileSpace, *, seed: int = 0,
-                    prices: Mapping[str, Mapping[str, float]] | None = None) -> dict:
+@dataclass(frozen=True)
+class HackMonitor:
+    """The hack monitors of one scenario (see the module docstring); call it on a set of dialogues."""
+
+    rules: Rules
+    kinds: Mapping[str, str]  # what users say when voicing a concern (normalised) -> its category
+
+    @classmethod
+    def for_scenario(cls, scenario) -> HackMonitor | None:
+        """None for a scenario without a rules file: nothing says what its stage cues or concern answers are."""
+        return cls(scenario_rules(scenario), voiced_kinds(scenario.library)) if scenario.rules_path else None
+
+    def __call__(self, episodes: Sequence[Episode]) -> dict:
+        per_reply: dict[str, list[float]] = {
+            "words_per_reply": [],
+            "stage_cues_per_reply": [],
+            "concern_kinds_per_reply": [],
+            "repeated_ngram_share": [],
+            "echo_share": [],
+        }
+        generic: list[float] = []
+        unbacked: list[float] = []
+        for ep in (e for e in episodes if not e.sim_error):
+            said: list[str] = []
+            heard: str | None = None
+            for t in ep.turns:
+                reply = t.agent.response
+                if reply is not None:
+                    reading = self.rules.read(reply, said, heard)
+                    per_reply["words_per_reply"].append(len(reply.split()))
+                    per_reply["stage_cues_per_reply"].append(len(reading.stages))
+                    per_reply["concern_kinds_per_reply"].append(len(reading.kinds))
+                    per_reply["repeated_ngram_share"].append(reading.repeat_share)
+                    per_reply["echo_share"].append(reading.echo_share)
+                    if heard is not None and normalise(heard) not in self.rules.canned_user_lines:
+                        generic.append(0.0 if self._serves(reply, reading, heard) else 1.0)
+                    if t.agent.stage is not None:
+                        backed = reading.usable and (t.agent.stage in reading.stages or bool(reading.kinds))
+                        unbacked.append(0.0 if backed else 1.0)
+                    said.append(reply)
+                heard = t.user.reply if t.user is not None else None
+        out = {name: float(np.mean(v)) if v else None for name, v in per_reply.items()}
+        out["generic_reply_share"] = float(np.mean(generic)) if generic else None
+        out["unbacked_stage_share"] = float(np.mean(unbacked)) if unbacked else None
+        out["flagged"] = [name for name, limit in self._limits().items() if out[name] is not None and out[name] > limit]
+        return out
+
+    def _serves(self, reply: str, reading: Reading, heard: str) -> bool:
+        """Whether a reply answers what the user raised: that kind of concern, or at least the user's words."""
+        if not reading.usable:
+            return False
+        text = normalise(heard)
+        raised = next((kind for said, kind in self.kinds.items() if said in text), None)
+        return raised in reading.kinds or bool(content_words(reply) & content_words(heard))
+
+    def _limits(self) -> dict[str, float]:
+        """Above these a dialogue set is flagged; the scripted user refuses credit to single replies past them."""
+        d = self.rules.dynamics
+        return {
+            "words_per_reply": d.long_reply_words,
+            "stage_cues_per_reply": d.max_stages_per_reply,
+            "concern_kinds_per_reply": d.max_concern_kinds_per_reply,
+            "repeated_ngram_share": d.repeat_share,
+            "echo_share": d.echo_share,
+            "generic_reply_share": SHARE_LIMIT,
+            "unbacked_stage_share": SHARE_LIMIT,
+        }
+
+
+def compute_metrics(
+    episodes: Sequence[Episode],
+    space: ProfileSpace,
+    *,
+    seed: int = 0,
+    prices: Mapping[str, Mapping[str, float]] | None = None,
+    monitor: HackMonitor | None = None,
+) -> dict:
     valid = [e for e in episodes if not e.sim_error]
     per_dialogue = {
         "CR": [completion(e) for e in valid],
@@ -136,14 +237,22 @@ def compute_metrics(episodes: Sequence[Episode], space: ProfileSpace, *, seed: i
         if dim in names:
             per_dialogue[metric] = [state_change(e, dim) for e in valid]
     tokens = token_totals(episodes)
-    return {
-        "counts": {"dialogues": len(episodes), "evaluated": len(valid), "completed": sum(e.success for e in valid),
-                   "failed": sum(not e.success for e in valid), "sim_error": len(episodes) - len(valid)},
+    out = {
+        "counts": {
+            "dialogues": len(episodes),
+            "evaluated": len(valid),
+            "completed": sum(e.success for e in valid),
+            "failed": sum(not e.success for e in valid),
+            "sim_error": len(episodes) - len(valid),
+        },
         "metrics": {name: summarise(vals, seed=seed) for name, vals in per_dialogue.items()},
         "end_reasons": _count(e.end_reason for e in episodes),
         "tokens": tokens,
         "cost": cost(tokens, prices or {}),
     }
+    if monitor is not None:
+        out["hack_monitors"] = monitor(valid)
+    return out
 
 
 def _count(items: Iterable[str]) -> dict[str, int]:

@@ -1,26 +1,30 @@
 """The training reward: one definition, used by the embedded trainer, the verl reward function and validation.
 
 Completion is the only term on by default (as the original). Other terms are opt-in through weights in config;
-every component is returned for logging whether or not its weight is zero.
+every component is returned for logging whether or not its weight is zero. Shaped terms are measured on the
+user's side wherever the agent could claim them itself: stage progress counts the stages the user acknowledged,
+never the `<stage>` tags the agent writes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sead.dialogue.episode import Episode
+from sead.config import number
+from sead.dialogue.episode import USER_REPORTS, Episode
 from sead.metrics import completion, false_positive, portrait_accuracy
 from sead.scenario.profile_space import ProfileSpace
 
 
 @dataclass
 class RewardWeights:
-    completion: float = 1.0
-    format: float = 0.0           # fraction of agent turns whose tags all parsed
-    stage_progress: float = 0.0   # fraction of SOP stages reached: stages 0..k all declared at some point
-    portrait_accuracy: float = 0.0
-    agent_hangup: float = 0.0     # the component is -1 when the agent ends the call without user success
-    turn_efficiency: float = 0.0  # successful dialogues only: 1 - turns / max_turns
+    # Each component already points the right way (agent_hangup is -1 when it happens): a weight only scales it.
+    completion: float = number(1.0, ge=0)
+    format: float = number(0.0, ge=0)  # fraction of agent turns whose tags all parsed
+    stage_progress: float = number(0.0, ge=0)  # fraction of SOP stages the user acknowledged (scripted user only)
+    portrait_accuracy: float = number(0.0, ge=0)
+    agent_hangup: float = number(0.0, ge=0)  # the component is -1 when the agent ends the call without success
+    turn_efficiency: float = number(0.0, ge=0)  # successful dialogues only: 1 - turns / max_turns
 
 
 @dataclass
@@ -30,15 +34,16 @@ class Reward:
 
 
 def stage_progress(ep: Episode, num_stages: int) -> float:
-    declared = {t.agent.stage for t in ep.turns if t.agent.stage is not None}
-    reached = 0
-    while reached in declared:
-        reached += 1
-    return reached / num_stages
+    """Share of SOP stages the user acknowledged: 1 + the last stage the simulator reported as done (`stage_done`,
+    stages land in order), over the number of stages. Only the scripted simulator reports it; with any other the
+    term is 0, as it is for a dialogue in which no stage landed."""
+    done = [r["stage_done"] for r in ep.meta.get(USER_REPORTS, []) if r.get("stage_done") is not None]
+    return (max(done) + 1) / num_stages if done else 0.0
 
 
-def compute_reward(ep: Episode, weights: RewardWeights, space: ProfileSpace, *, num_stages: int,
-                   max_turns: int) -> Reward | None:
+def compute_reward(
+    ep: Episode, weights: RewardWeights, space: ProfileSpace, *, num_stages: int, max_turns: int
+) -> Reward | None:
     """None for a dialogue that ended by simulator error: it must not train the agent either way."""
     if ep.sim_error:
         return None

@@ -1,6 +1,6 @@
 import pytest
 
-from sead.config import build_controller, build_scenario, load_config
+from sead.config import build_scenario, load_config
 
 
 @pytest.fixture(scope="session")
@@ -32,14 +32,41 @@ def header_tokenizer():
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    corpus = ["Hello, this is Alex from the platform. Are you the owner?", "Who is this? Not interested.",
-              "<response>We offer a free credit.</response> <stage>1</stage> <status>0</status>",
-              "<user_reply>Fine, go on.</user_reply>"] * 20
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin|>", eos_token="<|eot|>",
-                                   pad_token="<|pad|>")
+    corpus = [
+        "Hello, this is Alex from the platform. Are you the owner?",
+        "Who is this? Not interested.",
+        "<response>We offer a free credit.</response> <stage>1</stage> <status>0</status>",
+        "<user_reply>Fine, go on.</user_reply>",
+    ] * 20
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|begin|>", eos_token="<|eot|>", pad_token="<|pad|>"
+    )
     fast.chat_template = (
         "{{ bos_token }}{% for m in messages %}<|header|>{{ m['role'] }}<|endheader|>\n\n{{ m['content'] }}<|eot|>"
-        "{% endfor %}{% if add_generation_prompt %}<|header|>assistant<|endheader|>\n\n{% endif %}")
+        "{% endfor %}{% if add_generation_prompt %}<|header|>assistant<|endheader|>\n\n{% endif %}"
+    )
     return fast
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny preset (a random 2-layer Llama with the SmolLM2 tokenizer) as (model, tokenizer); one per test
+    module, because update tests move its weights."""
+    from sead.models.loading import ModelConfig, load_model
+
+    model, tok, _ = load_model(ModelConfig(preset="tiny"))
+    return model, tok
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The same tiny model saved once as an HF folder, for what loads a model from a path."""
+    from verl_fakes import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny"))

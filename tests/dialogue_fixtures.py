@@ -4,11 +4,14 @@ from sead.scenario.profile_space import ProfileSpace
 from sead.scenario.tags import TagSchema
 
 # Ranges: cooperation 4, emotion 3, trust 5; noise is not sampled, so it never enters UPA.
-SPACE = ProfileSpace.from_config({
-    "cooperation": {"low": 0, "high": 4, "allowed": [1, 2, 3]},
-    "emotion": {"low": 0, "high": 3, "allowed": [1, 2]},
-    "trust": {"low": 0, "high": 5, "allowed": [1, 2, 3, 4]},
-    "noise": {"low": 0, "high": 5, "sampled": False}})
+SPACE = ProfileSpace.from_config(
+    {
+        "cooperation": {"low": 0, "high": 4, "allowed": [1, 2, 3]},
+        "emotion": {"low": 0, "high": 3, "allowed": [1, 2]},
+        "trust": {"low": 0, "high": 5, "allowed": [1, 2, 3, 4]},
+        "noise": {"low": 0, "high": 5, "sampled": False},
+    }
+)
 SCHEMA = TagSchema(SPACE, num_stages=4)
 
 

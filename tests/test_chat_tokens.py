@@ -44,19 +44,32 @@ class CountingUser(UserSimulator):
     async def respond(self, profile, history, agent_response, *, seed):
         n = len(history) + 1
         status = 1 if n >= self.succeed_at else 0
-        return UserReply(self.scenario.tags.format_user(f"USERTEXT{n} okay fine", {
-            "cooperation": 2, "emotion": 1, "trust": 2, "noise": 0}, status, think=f"THINK{n}"), 10, 5)
+        return UserReply(
+            self.scenario.tags.format_user(
+                f"USERTEXT{n} okay fine",
+                {"cooperation": 2, "emotion": 1, "trust": 2, "noise": 0},
+                status,
+                think=f"THINK{n}",
+            ),
+            10,
+            5,
+        )
 
 
 def agent_text(scenario, i, status=0):
-    return scenario.tags.format_agent(f"Reply number {i}, please open the app.",
-                                      {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0}, min(i, 3), status)
+    return scenario.tags.format_agent(
+        f"Reply number {i}, please open the app.",
+        {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0},
+        min(i, 3),
+        status,
+    )
 
 
 def run(scenario, agent, user, tok, **cfg):
     profile = Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, [])
-    return asyncio.run(run_episode(profile, scenario=scenario, agent=agent, user=user, tokenizer=tok,
-                                   cfg=RunnerConfig(**cfg), seed=7))
+    return asyncio.run(
+        run_episode(profile, scenario=scenario, agent=agent, user=user, tokenizer=tok, cfg=RunnerConfig(**cfg), seed=7)
+    )
 
 
 def final_messages(scenario, episode, cfg_sees="reply"):
@@ -107,8 +120,9 @@ def test_sampled_ids_are_kept_even_when_not_canonical(request, restaurant, tok_n
     tok = request.getfixturevalue(tok_name)
     texts = [agent_text(restaurant, i) for i in range(3)]
     ep = run(restaurant, ScriptAgent(tok, texts, char_ids=True), CountingUser(restaurant, succeed_at=2), tok)
-    sampled = [[i for ch in t for i in tok.encode(ch, add_special_tokens=False)] + [tok.eos_token_id]
-               for t in texts[:2]]
+    sampled = [
+        [i for ch in t for i in tok.encode(ch, add_special_tokens=False)] + [tok.eos_token_id] for t in texts[:2]
+    ]
     assert trained_spans(ep.segments[0]) == sampled
     assert sampled[0][:-1] != tok.encode(texts[0], add_special_tokens=False)  # really non-canonical
     assert ep.turns[0].agent.response == "Reply number 0, please open the app."
@@ -132,20 +146,23 @@ def test_context_cap_starts_new_segments_without_unmasking_user_text(request, re
     tok = request.getfixturevalue(tok_name)
     texts = [agent_text(restaurant, i) for i in range(8)]
     agent = ScriptAgent(tok, texts)
-    system_text = tok.apply_chat_template([{"role": "system", "content": restaurant.agent_system_prompt()}],
-                                          add_generation_prompt=True, tokenize=False)
+    system_text = tok.apply_chat_template(
+        [{"role": "system", "content": restaurant.agent_system_prompt()}], add_generation_prompt=True, tokenize=False
+    )
     system_len = len(tok(system_text, add_special_tokens=False)["input_ids"])
     reply_len = max(len(tok.encode(t, add_special_tokens=False)) for t in texts) + 1
     cap = system_len + 3 * reply_len + 40  # room for about one round of history
-    ep = run(restaurant, agent, CountingUser(restaurant, succeed_at=6), tok, max_context_tokens=cap,
-             max_new_tokens=reply_len)
+    ep = run(
+        restaurant, agent, CountingUser(restaurant, succeed_at=6), tok, max_context_tokens=cap, max_new_tokens=reply_len
+    )
     assert len(ep.segments) > 2
     all_spans = [s for seg in ep.segments for s in trained_spans(seg)]
     assert all_spans == [tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts[:6]]
-    system_only = tok.apply_chat_template([{"role": "system", "content": restaurant.agent_system_prompt()}],
-                                          tokenize=False)
+    system_only = tok.apply_chat_template(
+        [{"role": "system", "content": restaurant.agent_system_prompt()}], tokenize=False
+    )
     system_ids = tok(system_only, add_special_tokens=False)["input_ids"]
-    for seg, req in zip(ep.segments, agent.seen):
+    for seg in ep.segments[: len(agent.seen)]:
         assert seg.ids[: len(system_ids)] == system_ids  # the SOP prompt is never dropped
         assert len(seg.ids) - sum(seg.mask) <= cap
         trained = tok.decode([i for i, m in zip(seg.ids, seg.mask) if m])
@@ -169,14 +186,23 @@ def test_agent_status_one_ends_without_calling_the_user(restaurant, smollm_token
         async def respond(self, *a, **k):
             raise AssertionError("the user must not be called after the agent ends the call")
 
-    ep = run(restaurant, ScriptAgent(smollm_tokenizer, [agent_text(restaurant, 3, status=1)]), NoUser(restaurant),
-             smollm_tokenizer)
+    ep = run(
+        restaurant,
+        ScriptAgent(smollm_tokenizer, [agent_text(restaurant, 3, status=1)]),
+        NoUser(restaurant),
+        smollm_tokenizer,
+    )
     assert ep.end_reason == "agent_done" and ep.agent_declared_done and not ep.success
 
 
 def test_token_budget_ends_the_episode(restaurant, smollm_tokenizer):
-    ep = run(restaurant, ScriptAgent(smollm_tokenizer, [agent_text(restaurant, 1)]),
-             CountingUser(restaurant, succeed_at=99), smollm_tokenizer, max_total_tokens=150)
+    ep = run(
+        restaurant,
+        ScriptAgent(smollm_tokenizer, [agent_text(restaurant, 1)]),
+        CountingUser(restaurant, succeed_at=99),
+        smollm_tokenizer,
+        max_total_tokens=150,
+    )
     assert ep.end_reason == "token_budget" and len(ep.turns) < 15
 
 
@@ -184,8 +210,10 @@ def test_a_template_that_rewrites_history_is_refused(smollm_tokenizer):
     import copy
 
     tok = copy.deepcopy(smollm_tokenizer)
-    tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] | upper }}\n{% endfor %}"
-                         "{% if add_generation_prompt %}assistant: {% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] | upper }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
     chat = ChatTokens(tok, "SOP")
     with pytest.raises(TemplateError, match="rewrites"):
         chat.add_agent(tok.encode("hello", add_special_tokens=False) + [tok.eos_token_id])

@@ -23,7 +23,7 @@ def test_same_seed_same_profiles_and_other_seed_differs(restaurant):
 def test_restored_sampler_continues_with_the_same_draws(restaurant):
     ref = controller(restaurant, "controller=sead_joint", "controller.update_every=2")
     run = controller(restaurant, "controller=sead_joint", "controller.update_every=2")
-    for step in range(3):  # feed both identically, including a curriculum update
+    for _step in range(3):  # feed both identically, including a curriculum update
         for ctl in (ref, run):
             for p in ctl.sample(8):
                 ctl.observe(p, success=p.values["cooperation"] >= 2)

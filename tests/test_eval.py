@@ -4,20 +4,20 @@ import json
 import shutil
 
 import pytest
-
 from dialogue_fixtures import SPACE, agent, user
+
 from sead.cli.main import main
 from sead.dialogue.episode import Episode, Turn
 from sead.eval.results import cr_by_state, pass_hat
 from sead.eval.testset import content_hash, load_testset, make_testset
+from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile, write_profiles
 
 SMALL = ["eval.limit=6", "eval.trials=2"]
 
 
 def run_eval(tmp_path, out, *args):
-    return main(["eval", *args, f"eval.out_dir={tmp_path / out}", f"eval.testset_dir={tmp_path / 'testsets'}",
-                 *SMALL])
+    return main(["eval", *args, f"eval.out_dir={tmp_path / out}", f"eval.testset_dir={tmp_path / 'testsets'}", *SMALL])
 
 
 def records(path):
@@ -41,25 +41,27 @@ def test_testset_is_seeded_and_its_hash_follows_the_content(restaurant, tmp_path
     assert make_testset(restaurant, 50, 8, tmp_path / "c.parquet").hash != a.hash
     write_profiles(a.profiles, tmp_path / "a.jsonl")  # same profiles in another format: same hash
     assert load_testset(tmp_path / "a.jsonl", restaurant).hash == a.hash
-    changed = [Profile.make({**a.profiles[0].values, "trust": 1 + a.profiles[0].values["trust"] % 4},
-                            a.profiles[0].behaviours), *a.profiles[1:]]
+    changed = [
+        Profile.make(
+            {**a.profiles[0].values, "trust": 1 + a.profiles[0].values["trust"] % 4}, a.profiles[0].behaviours
+        ),
+        *a.profiles[1:],
+    ]
     assert content_hash(changed) != a.hash
     out = tmp_path / "cli.parquet"
     assert main(["testset", "make", f"eval.testset={out}", "eval.testset_size=50", "eval.testset_seed=7"]) == 0
     assert a.hash in capsys.readouterr().out and load_testset(out, restaurant).hash == a.hash
 
 
-def test_same_seed_same_results_with_the_tiny_model(tmp_path):
-    from sead.models.loading import ModelConfig, load_model
-
-    model, tok, _ = load_model(ModelConfig(preset="tiny"))
-    model.save_pretrained(tmp_path / "tiny")
-    tok.save_pretrained(tmp_path / "tiny")
+def test_same_seed_same_results_with_the_tiny_model(tmp_path, tiny_model_dir):
+    shutil.copytree(tiny_model_dir, tmp_path / "tiny")  # the results folder is named after the model folder
     for out in ("one", "two"):
         assert run_eval(tmp_path, out, str(tmp_path / "tiny"), "preset=tiny", "eval.max_new_tokens=12") == 0
     one, two = (json.loads((tmp_path / o / "tiny" / "results.json").read_text()) for o in ("one", "two"))
     assert one["counts"]["dialogues"] == 12 and comparable(one) == comparable(two)
-    assert records(tmp_path / "one" / "tiny" / "dialogues.jsonl") == records(tmp_path / "two" / "tiny" / "dialogues.jsonl")
+    assert records(tmp_path / "one" / "tiny" / "dialogues.jsonl") == records(
+        tmp_path / "two" / "tiny" / "dialogues.jsonl"
+    )
     frozen = one["settings"]
     assert frozen["agent"]["sampling"] == {"temperature": 0.7, "top_p": 0.9, "top_k": 0}
     assert frozen["dialogue"]["max_new_tokens"] == 12 and frozen["testset"]["evaluated"] == 6
@@ -92,14 +94,67 @@ def test_other_settings_in_the_same_folder_are_refused_unless_fresh(tmp_path, ca
     assert json.loads((tmp_path / "o" / "scripted-reference" / "results.json").read_text())["settings"]["seed"] == 5
 
 
-@pytest.mark.parametrize("make_spec, message", [
-    (lambda p: str(p / "nowhere"), "no such model"),
-    (lambda p: "openai:no-at-sign", "openai:MODEL@"),
-    (lambda p: "scripted:genius", "unknown scripted agent"),
-    (lambda p: _config_only(p), "no weights"),
-    (lambda p: _run_without_checkpoint(p), "no complete checkpoint"),
-    (lambda p: "openai:gpt-x@http://127.0.0.1:9/v1", "unreachable"),
-])
+def test_dead_user_simulator_exits_2_naming_each_url(tmp_path, capsys):
+    dead = ["http://127.0.0.1:9/v1", "http://127.0.0.1:11/v1"]
+    code = run_eval(tmp_path, "o", "scripted:reference", "usersim=openai", f"usersim.base_urls=[{','.join(dead)}]")
+    out = capsys.readouterr().out
+    assert code == 2 and all(f"user simulator at {url} is unreachable" in out for url in dead)
+    assert not list((tmp_path / "o").glob("*/dialogues.jsonl"))
+
+
+def test_rerun_replays_dialogues_the_simulator_failed_and_counts_each_once(tmp_path):
+    """Dialogues that ended as sim_error are no results: a rerun plays them again, and the new record replaces
+    the failed one in dialogues.jsonl and in results.json."""
+    from sead.testing import FakeOpenAIServer
+
+    folder = tmp_path / "o" / "scripted-reference"
+    with FakeOpenAIServer() as server:
+        # No retries: each injected HTTP 500 ends one dialogue as sim_error.
+        common = [
+            "usersim=openai",
+            f"usersim.base_urls=[{server.url}]",
+            "usersim.model=fake-user-sim",
+            "dialogue.user_retries=0",
+        ]
+        server.inject("http500", n=3)
+        assert run_eval(tmp_path, "o", "scripted:reference", *common) == 0
+        first = json.loads((folder / "results.json").read_text())
+        assert first["counts"]["sim_error"] == 3
+        assert run_eval(tmp_path, "o", "scripted:reference", *common) == 0
+    again = json.loads((folder / "results.json").read_text())
+    assert again["dialogues_played"] == 3 and again["dialogues_resumed"] == 9
+    assert again["counts"]["sim_error"] == 0 and again["counts"]["dialogues"] == 12
+    logged = [json.loads(line) for line in (folder / "dialogues.jsonl").read_text().splitlines()]
+    assert len({r["meta"]["episode_id"] for r in logged}) == len(logged) == 12
+    assert not any(r["end_reason"] == "sim_error" for r in logged)
+
+
+def test_damaged_files_of_an_earlier_evaluation_are_named(tmp_path, capsys):
+    assert run_eval(tmp_path, "o", "scripted:reference") == 0
+    folder = tmp_path / "o" / "scripted-reference"
+    settings, log = folder / "settings.json", folder / "dialogues.jsonl"
+    good_settings, lines = settings.read_text(), log.read_text().splitlines()
+    capsys.readouterr()
+    settings.write_text(good_settings[:30])  # cut short by a crash
+    assert run_eval(tmp_path, "o", "scripted:reference") == 2
+    assert f"{settings}:" in capsys.readouterr().out
+    settings.write_text(good_settings)
+    log.write_text("\n".join([lines[0], lines[1][:40], *lines[2:]]) + "\n")  # a damaged line that is not the last
+    assert run_eval(tmp_path, "o", "scripted:reference") == 2
+    assert f"{log}: unreadable dialogue log" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "make_spec, message",
+    [
+        (lambda p: str(p / "nowhere"), "no such model"),
+        (lambda p: "openai:no-at-sign", "openai:MODEL@"),
+        (lambda p: "scripted:genius", "unknown scripted agent"),
+        (lambda p: _config_only(p), "no weights"),
+        (lambda p: _run_without_checkpoint(p), "no complete checkpoint"),
+        (lambda p: "openai:gpt-x@http://127.0.0.1:9/v1", "unreachable"),
+    ],
+)
 def test_bad_model_fails_before_any_dialogue(tmp_path, capsys, make_spec, message):
     assert run_eval(tmp_path, "bad", make_spec(tmp_path)) == 2
     assert message in capsys.readouterr().out
@@ -113,14 +168,16 @@ def _config_only(p):
 
 
 def _run_without_checkpoint(p):
-    (p / "run" / "checkpoints").mkdir(parents=True)
+    RunLayout(p / "run").checkpoints_dir.mkdir(parents=True)
     return str(p / "run")
 
 
 def test_out_of_range_testset_fails_naming_file_line_and_field(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"cooperation": 2, "emotion": 1, "trust": 3, "behaviours": []}\n'
-                   '{"cooperation": 2, "emotion": 9, "trust": 3, "behaviours": []}\n')
+    bad.write_text(
+        '{"cooperation": 2, "emotion": 1, "trust": 3, "behaviours": []}\n'
+        '{"cooperation": 2, "emotion": 9, "trust": 3, "behaviours": []}\n'
+    )
     assert run_eval(tmp_path, "o", "scripted:reference", f"eval.testset={bad}") == 2
     out = capsys.readouterr().out
     assert f"{bad}:2" in out and "emotion" in out
@@ -129,8 +186,12 @@ def test_out_of_range_testset_fails_naming_file_line_and_field(tmp_path, capsys)
 
 def _ep(state, success, eid):
     final = user(3, 2, 3, status=1 if success else -1)
-    return Episode(Profile.make(state, []), [Turn(agent(2, 1, 2, 0), final)],
-                   "user_success" if success else "user_hangup", meta={"episode_id": eid})
+    return Episode(
+        Profile.make(state, []),
+        [Turn(agent(2, 1, 2, 0), final)],
+        "user_success" if success else "user_hangup",
+        meta={"episode_id": eid},
+    )
 
 
 def test_cr_per_state_value_joint_state_and_pass_k_by_hand():
@@ -170,10 +231,16 @@ def test_several_models_give_a_comparison_table(tmp_path):
 def test_api_agent_against_an_api_user_simulator(tmp_path, restaurant, capsys):
     from sead.testing import FakeOpenAIServer, scripted_user_turn
 
-    said = restaurant.tags.format_agent("Hello, this is Alex with a free advertising credit.",
-                                        {"cooperation": 3, "emotion": 2, "trust": 3, "noise": 0}, 0, 0)
-    with FakeOpenAIServer(lambda body: said, model="agent-x") as agent_api, \
-            FakeOpenAIServer(scripted_user_turn(finish_after=2), model="user-y") as user_api:
+    said = restaurant.tags.format_agent(
+        "Hello, this is Alex with a free advertising credit.",
+        {"cooperation": 3, "emotion": 2, "trust": 3, "noise": 0},
+        0,
+        0,
+    )
+    with (
+        FakeOpenAIServer(lambda body: said, model="agent-x") as agent_api,
+        FakeOpenAIServer(scripted_user_turn(finish_after=2), model="user-y") as user_api,
+    ):
         common = ["usersim=openai", f"usersim.base_urls=[{user_api.url}]", "usersim.model=user-y"]
         assert run_eval(tmp_path, "api", f"openai:agent-z@{agent_api.url}", *common) == 2
         assert "not 'agent-z'" in capsys.readouterr().out  # a wrong model name, caught before any dialogue

@@ -33,8 +33,10 @@ def chromium_page(path):
 
 def test_viewer_renders_filters_and_keeps_script_as_text(tmp_path, restaurant):
     out = tmp_path / "ev"
-    assert main(["eval", "scripted:reference", f"eval.out_dir={out}", f"eval.testset_dir={tmp_path}",
-                 "eval.limit=12"]) == 0
+    assert (
+        main(["eval", "scripted:reference", f"eval.out_dir={out}", f"eval.testset_dir={tmp_path}", "eval.limit=12"])
+        == 0
+    )
     folder = out / "scripted-reference"
     results = json.loads((folder / "results.json").read_text())
     episodes = [Episode.from_dict(r) for r in read_rollouts(folder / "dialogues.jsonl")]
@@ -61,8 +63,7 @@ def check_viewer(page, episodes):
     page.select_option("#filter-outcome", "")
     coop = str(first.profile.values["cooperation"])
     page.select_option("#filter-dim-cooperation", coop)
-    assert page.locator(".dialogue-row").count() == sum(str(e.profile.values["cooperation"]) == coop
-                                                        for e in episodes)
+    assert page.locator(".dialogue-row").count() == sum(str(e.profile.values["cooperation"]) == coop for e in episodes)
     behaviour = first.profile.behaviours[0]
     page.select_option("#filter-dim-cooperation", "")
     page.select_option("#filter-behaviour", behaviour)
@@ -93,8 +94,10 @@ def test_report_opens_with_a_readable_setup_and_plots_show_zero_cr(tmp_path):
     from sead.eval.plots import cr_by_value_figure
 
     out = tmp_path / "ev"
-    assert main(["eval", "scripted:sop_ignoring", f"eval.out_dir={out}", f"eval.testset_dir={tmp_path}",
-                 "eval.limit=6"]) == 0
+    assert (
+        main(["eval", "scripted:sop_ignoring", f"eval.out_dir={out}", f"eval.testset_dir={tmp_path}", "eval.limit=6"])
+        == 0
+    )
     folder = out / "scripted-sop_ignoring"
     results = json.loads((folder / "results.json").read_text())
     assert results["metrics"]["CR"]["mean"] == 0.0  # the SOP-ignoring floor completes nothing here
@@ -104,6 +107,9 @@ def test_report_opens_with_a_readable_setup_and_plots_show_zero_cr(tmp_path):
         assert setup["user simulator"].startswith("scripted: rules ")
         assert "6 of " in setup["test set"] and results["settings"]["testset"]["hash"] in setup["test set"]
         assert "{" not in page.inner_text("body").split("Metrics")[0]  # no raw JSON above the metrics
+        assert "format error" not in setup["dialogue limits"]  # the agent's feedback text stays in results.json
+        monitors = page.locator("table.summary", has_text="flagged").inner_text()
+        assert "words_per_reply" in monitors and results["hack_monitors"]["flagged"]  # the floor is flagged
     fig = cr_by_value_figure(results["cr_by_state"])
     for ax, dim in zip(fig.axes, results["cr_by_state"]["dimensions"]):
         labels = [t.get_text() for t in ax.texts]

@@ -13,8 +13,22 @@ from sead.errors import SEADInputError
 from sead.trainer.policy import SamplingConfig
 
 # Fields of vllm.SamplingParams that every release since 0.6 accepts, 0.24 included.
-SAMPLING_FIELDS = {"n", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "max_tokens",
-                   "min_tokens", "logprobs", "prompt_logprobs", "skip_special_tokens", "ignore_eos"}
+SAMPLING_FIELDS = {
+    "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "max_tokens",
+    "min_tokens",
+    "logprobs",
+    "prompt_logprobs",
+    "skip_special_tokens",
+    "ignore_eos",
+}
 
 
 @dataclass
@@ -30,11 +44,14 @@ class FakeLLM:
     def generate(self, prompts, params, use_tqdm=True):
         self.calls.append((prompts, params))
         outs = []
-        for i, (prompt, p) in enumerate(zip(prompts, params)):
+        for i, (prompt, _p) in enumerate(zip(prompts, params)):
             ids = [prompt["prompt_token_ids"][-1] + 1, 7]
             stopped = i % 2 == 0
-            completion = types.SimpleNamespace(token_ids=ids, finish_reason="stop" if stopped else "length",
-                                               logprobs=[{t: Logprob(-0.5 * (k + 1))} for k, t in enumerate(ids)])
+            completion = types.SimpleNamespace(
+                token_ids=ids,
+                finish_reason="stop" if stopped else "length",
+                logprobs=[{t: Logprob(-0.5 * (k + 1))} for k, t in enumerate(ids)],
+            )
             outs.append(types.SimpleNamespace(outputs=[completion]))
         return outs
 
@@ -56,8 +73,9 @@ def fake_vllm(monkeypatch):
 def test_vllm_policy_keeps_sampled_ids_and_closes_stopped_turns(fake_vllm, smollm_tokenizer):
     from sead.eval.vllm_agent import VLLMPolicy
 
-    policy = VLLMPolicy("/models/x", smollm_tokenizer, SamplingConfig(temperature=0.7, top_p=0.9, top_k=0),
-                        tensor_parallel_size=2)
+    policy = VLLMPolicy(
+        "/models/x", smollm_tokenizer, SamplingConfig(temperature=0.7, top_p=0.9, top_k=0), tensor_parallel_size=2
+    )
     assert policy.llm.init["model"] == "/models/x" and policy.llm.init["tensor_parallel_size"] == 2
     reqs = [AgentRequest([1, 2, 3], [], 40, seed=11), AgentRequest([5, 6], [], 20, seed=12)]
     stopped, cut = policy.sample(reqs)

@@ -1,15 +1,18 @@
 """sead/metrics.py on hand-built dialogues (through the real tag format); expected values computed by hand."""
 
+import dataclasses
 import json
 import math
 
 import pytest
+from dialogue_fixtures import SPACE, agent, user
 
-from dialogue_fixtures import SCHEMA, SPACE, agent, user
 from sead.dialogue.chat_tokens import TokenSegment
 from sead.dialogue.episode import Episode, Turn
-from sead.metrics import compute_metrics, cost, pass_hat_k, summarise, token_totals, wilson_interval
+from sead.eval.results import build_results
+from sead.metrics import HackMonitor, compute_metrics, cost, pass_hat_k, summarise, token_totals, wilson_interval
 from sead.scenario.profiles import Profile
+from sead.usersim.rules_file import scenario_rules
 
 PROFILE = Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, ["skeptical"])
 
@@ -21,31 +24,50 @@ def episodes():
     #   t3 pred (3,2,4) vs (4,3,4): 1/4, 1/3, 0 -> (7/12)/3 = 7/36
     #   UPA = 1 - (11/45 + 0 + 7/36)/3 = 1 - (44/180 + 35/180)/3 = 1 - 79/540 = 461/540
     #   EI 3-2 = 1, TI 4-3 = 1, CI 4-1 = 3; CR 1, FPR 0, SCR 1, ATT 3, ADT 3
-    a = Episode(PROFILE, [Turn(agent(1, 1, 1, 0, noise=5), user(1, 2, 3, noise=0)),
-                          Turn(agent(2, 2, 3, 1), user(2, 2, 3)),
-                          Turn(agent(3, 2, 4, 2, status=1), user(4, 3, 4, status=1))], "user_success",
-                tokens={"agent_prompt": 1200, "agent_completion": 300, "user_prompt": 900, "user_completion": 150})
+    a = Episode(
+        PROFILE,
+        [
+            Turn(agent(1, 1, 1, 0, noise=5), user(1, 2, 3, noise=0)),
+            Turn(agent(2, 2, 3, 1), user(2, 2, 3)),
+            Turn(agent(3, 2, 4, 2, status=1), user(4, 3, 4, status=1)),
+        ],
+        "user_success",
+        tokens={"agent_prompt": 1200, "agent_completion": 300, "user_prompt": 900, "user_completion": 150},
+    )
     # B: agent says done at stage 2 having skipped stage 1, user never succeeded (a false positive).
     #   t1 pred (2,1,2) vs (2,1,2): 0 -> UPA 1; one report -> EI/TI/CI None; CR 0, FPR 1, SCR 0, ADT 2
-    b = Episode(PROFILE, [Turn(agent(2, 1, 2, 0), user(2, 1, 2)),
-                          Turn(agent(2, 1, 2, 2, status=1))], "agent_done",
-                tokens={"agent_prompt": 800, "agent_completion": 200})
+    b = Episode(
+        PROFILE,
+        [Turn(agent(2, 1, 2, 0), user(2, 1, 2)), Turn(agent(2, 1, 2, 2, status=1))],
+        "agent_done",
+        tokens={"agent_prompt": 800, "agent_completion": 200},
+    )
     # C: user hangs up; every stage is out of range (9) so none is declared -> SCR 0.
     #   t1 agent portrait unreadable -> no pair
     #   t2 pred (3,2,4) vs (2,2,4): 1/4 -> (1/4)/3 = 1/12
     #   t3 pred (2,2,4) vs (1,0,3): 1/4, 2/3, 1/5 -> (15+40+12)/60/3 = 67/180
     #   UPA = 1 - (15/180 + 67/180)/2 = 1 - 41/180 = 139/180
     #   EI 0-2 = -2, TI 3-4 = -1, CI 1-3 = -2; CR 0, FPR None (agent's last status 0), ADT 3
-    c = Episode(PROFILE, [Turn(agent("?", "?", "?", 9), user(3, 2, 4)),
-                          Turn(agent(3, 2, 4, 9), user(2, 2, 4)),
-                          Turn(agent(2, 2, 4, 9), user(1, 0, 3, status=-1))], "user_hangup")
+    c = Episode(
+        PROFILE,
+        [
+            Turn(agent("?", "?", "?", 9), user(3, 2, 4)),
+            Turn(agent(3, 2, 4, 9), user(2, 2, 4)),
+            Turn(agent(2, 2, 4, 9), user(1, 0, 3, status=-1)),
+        ],
+        "user_hangup",
+    )
     # D: success in one turn declaring only stage 1 (stage 0 skipped) -> SCR 0; emotion report unreadable.
     #   pred (4,3,5) vs (4,?,1): 0/4, skipped, 4/5 -> 1 - (0 + 4/5)/2 = 3/5; one report -> EI/TI/CI None
     #   CR 1, FPR None, ATT 1, ADT 1
     d = Episode(PROFILE, [Turn(agent(4, 3, 5, 1), user(4, "?", 1, status=1))], "user_success")
     # E: simulator error after a turn whose user status was 1: excluded from everything, never a success.
-    e = Episode(PROFILE, [Turn(agent(0, 0, 0, 3, status=1), user(4, 3, 5, status=1))], "sim_error",
-                tokens={"agent_prompt": 500, "user_prompt": 1000})
+    e = Episode(
+        PROFILE,
+        [Turn(agent(0, 0, 0, 3, status=1), user(4, 3, 5, status=1))],
+        "sim_error",
+        tokens={"agent_prompt": 500, "user_prompt": 1000},
+    )
     return [a, b, c, d, e]
 
 
@@ -91,8 +113,9 @@ def test_portrait_accuracy_normalised_per_dimension_range():
 
 
 def test_portrait_accuracy_none_without_any_pair():
-    only_unreadable = Episode(PROFILE, [Turn(agent("?", "?", "?", 0), user(1, 1, 1)),
-                                        Turn(agent(1, 1, 1, 1, status=1))], "agent_done")
+    only_unreadable = Episode(
+        PROFILE, [Turn(agent("?", "?", "?", 0), user(1, 1, 1)), Turn(agent(1, 1, 1, 1, status=1))], "agent_done"
+    )
     assert compute_metrics([only_unreadable], SPACE)["metrics"]["UPA"]["n"] == 0
 
 
@@ -101,8 +124,11 @@ def test_portrait_accuracy_is_mean_over_turns_of_mean_over_dimensions():
     #   t1 pred (3,1,2) vs (1,1,2): 2/4, 0, 0 -> mean 1/6
     #   t2 pred (2,3,?) vs (2,0,4): 0, 3/3 (trust skipped) -> mean 1/2
     #   UPA = 1 - (1/6 + 1/2)/2 = 2/3   (a flat mean over the 5 pairs would give 1 - 1.5/5 = 0.7)
-    ep = Episode(PROFILE, [Turn(agent(3, 1, 2, 0), user(1, 1, 2)),
-                           Turn(agent(2, 3, 9, 1), user(2, 0, 4, status=-1))], "user_hangup")
+    ep = Episode(
+        PROFILE,
+        [Turn(agent(3, 1, 2, 0), user(1, 1, 2)), Turn(agent(2, 3, 9, 1), user(2, 0, 4, status=-1))],
+        "user_hangup",
+    )
     assert compute_metrics([ep], SPACE)["metrics"]["UPA"]["mean"] == pytest.approx(2 / 3)
 
 
@@ -112,7 +138,7 @@ def test_state_changes_last_minus_first_report():
     assert (mm["EI"]["mean"], mm["EI"]["n"]) == (pytest.approx(-0.5), 2)
     assert (mm["TI"]["mean"], mm["TI"]["n"]) == (pytest.approx(0.0), 2)
     assert (mm["CI"]["mean"], mm["CI"]["n"]) == (pytest.approx(0.5), 2)
-    assert mm["CI"]["std"] == pytest.approx(math.sqrt(2 * 2.5 ** 2))  # deviations +-2.5, ddof=1
+    assert mm["CI"]["std"] == pytest.approx(math.sqrt(2 * 2.5**2))  # deviations +-2.5, ddof=1
 
 
 def test_sim_error_excluded_from_every_metric():
@@ -130,8 +156,12 @@ def test_tokens_and_cost_per_million():
     # tokens are spent even by the sim_error dialogue E, so totals cover all five dialogues:
     # agent_prompt 1200+800+500 = 2500, agent_completion 300+200 = 500, user_prompt 900+1000 = 1900, user_completion 150
     eps = episodes()
-    assert token_totals(eps) == {"agent_prompt": 2500, "agent_completion": 500, "user_prompt": 1900,
-                                 "user_completion": 150}
+    assert token_totals(eps) == {
+        "agent_prompt": 2500,
+        "agent_completion": 500,
+        "user_prompt": 1900,
+        "user_completion": 150,
+    }
     prices = {"agent": {"prompt": 2.0, "completion": 8.0}, "user": {"prompt": 0.5, "completion": 1.0}}
     # agent (2500*2 + 500*8)/1e6 = 0.009; user (1900*.5 + 150*1)/1e6 = 0.0011; total 0.0101
     m = compute_metrics(eps, SPACE, prices=prices)
@@ -140,7 +170,8 @@ def test_tokens_and_cost_per_million():
     # no prices -> zero cost; a missing component or price counts 0; unknown token keys are ignored
     assert compute_metrics(eps, SPACE)["cost"] == {"agent": 0.0, "user": 0.0, "total": 0.0}
     assert cost({"agent_prompt": 3_000_000, "other_prompt": 10**9}, {"agent": {"prompt": 1.5}}) == pytest.approx(
-        {"agent": 4.5, "user": 0.0, "total": 4.5})
+        {"agent": 4.5, "user": 0.0, "total": 4.5}
+    )
 
 
 def test_summarise_mean_std_and_ci():
@@ -181,10 +212,10 @@ def test_wilson_interval_by_hand():
 def test_pass_hat_k_by_hand():
     t, f = True, False
     trials = [[t, t, f, t], [f, f, f, f]]
-    assert pass_hat_k(trials, 1) == pytest.approx((3 / 4 + 0) / 2)       # C(3,1)/C(4,1) = 3/4
-    assert pass_hat_k(trials, 2) == pytest.approx((3 / 6 + 0) / 2)       # C(3,2)/C(4,2) = 3/6
-    assert pass_hat_k(trials, 3) == pytest.approx((1 / 4 + 0) / 2)       # C(3,3)/C(4,3) = 1/4
-    assert pass_hat_k(trials, 4) == 0.0                                   # C(3,4) = 0
+    assert pass_hat_k(trials, 1) == pytest.approx((3 / 4 + 0) / 2)  # C(3,1)/C(4,1) = 3/4
+    assert pass_hat_k(trials, 2) == pytest.approx((3 / 6 + 0) / 2)  # C(3,2)/C(4,2) = 3/6
+    assert pass_hat_k(trials, 3) == pytest.approx((1 / 4 + 0) / 2)  # C(3,3)/C(4,3) = 1/4
+    assert pass_hat_k(trials, 4) == 0.0  # C(3,4) = 0
     assert pass_hat_k([[t] * 5], 5) == 1.0
     # a profile with fewer than k trials is skipped: [t,t] for k=3 -> only 1/4 from the first
     assert pass_hat_k([[t, t, f, t], [t, t]], 3) == pytest.approx(1 / 4)
@@ -202,3 +233,78 @@ def test_episode_round_trip_keeps_everything():
     assert back[0].turns[1].feedback == "format!" and back[0].meta == {"seed": 42} and back[1].turns[1].user is None
     assert back[2].turns[0].agent.problems == eps[2].turns[0].agent.problems != []
     assert compute_metrics(back, SPACE, seed=5) == compute_metrics(eps, SPACE, seed=5)
+
+
+# --- hack monitors ------------------------------------------------------------------------------------------------
+
+
+def _said(scenario, response, stage, status=0):
+    portrait = {"cooperation": 2, "emotion": 2, "trust": 2, "noise": 1}
+    return scenario.tags.parse_agent(scenario.tags.format_agent(response, portrait, stage, status))
+
+
+def _heard(scenario, reply, status=0):
+    return scenario.tags.parse_user(
+        scenario.tags.format_user(reply, {"cooperation": 2, "emotion": 2, "trust": 2, "noise": 1}, status)
+    )
+
+
+def gaming_episode(scenario):
+    # Restaurant rules (3-word n-grams); the user asks "Who's asking? Tell me first." (Identity_Verification).
+    #   A1 stage-0 line [tag 0]: 18 words, stage 0, Identity answered; nothing before it
+    #   A2 "Free credit, goodbye." [tag 1]: 3 words, stages 1 and 3 (a salad), no kind
+    #   A3 the user's words back [tag 2]: 5 words, nothing cued; echo share 1
+    #   A4 the Identity answer [tag 0]: 21 words, stage 0, Identity; 4 of its 19 trigrams were in A1
+    #      ("alex from the", "from the platform", "the platform advertising", "platform advertising team")
+    #   A5 A4 again [tag 1]: repeat share 1
+    # words 68/5; stages (1+2+0+1+1)/5 = 1; kinds (1+0+0+1+1)/5 = 3/5; repeat (4/19 + 1)/5 = 23/95; echo 1/5
+    # generic: judged after the user's own words only (A2, A3, A4; A5 follows the stock "Hm. Okay."):
+    #   A2 salad -> 1, A3 echo -> 1, A4 answers the kind raised -> 0: 2/3
+    # unbacked stage tags: A2 salad, A3 echo, A5 repeat -> 3/5
+    rules = scenario_rules(scenario)
+    asking = "Who's asking? Tell me first."
+    identity = rules.concerns["Identity_Verification"].reference_answer
+    turns = [
+        (rules.stages[0].reference_agent, 0, asking),
+        ("Free credit, goodbye.", 1, asking),
+        (asking, 2, asking),
+        (identity, 0, "Hm. Okay."),
+        (identity, 1, rules.hangup_lines[0]),
+    ]
+    return Episode(
+        PROFILE,
+        [
+            Turn(_said(scenario, a, stage), _heard(scenario, u, -1 if u in rules.hangup_lines else 0))
+            for a, stage, u in turns
+        ],
+        "user_hangup",
+    )
+
+
+def test_hack_monitors_by_hand(restaurant):
+    m = HackMonitor.for_scenario(restaurant)([gaming_episode(restaurant)])
+    assert m.pop("flagged") == ["generic_reply_share", "unbacked_stage_share"]
+    assert m == pytest.approx(
+        {
+            "words_per_reply": 68 / 5,
+            "stage_cues_per_reply": 1.0,
+            "concern_kinds_per_reply": 0.6,
+            "repeated_ngram_share": 23 / 95,
+            "echo_share": 0.2,
+            "generic_reply_share": 2 / 3,
+            "unbacked_stage_share": 0.6,
+        }
+    )
+
+
+def test_hack_monitors_in_metrics_and_results_without_simulator_errors(restaurant):
+    monitor = HackMonitor.for_scenario(restaurant)
+    broken = Episode(PROFILE, [Turn(_said(restaurant, "Free credit, goodbye.", 3))], "sim_error")
+    eps = [gaming_episode(restaurant), broken]
+    assert compute_metrics(eps, restaurant.space, monitor=monitor)["hack_monitors"] == monitor(eps[:1])
+    assert "hack_monitors" not in compute_metrics(eps, restaurant.space)
+    info = {"profile_index": [0, 1], "wall_time_s": 1.0, "dialogues_played": 2, "dialogues_resumed": 0, "settings": {}}
+    results = build_results(eps, restaurant.space, info, seed=0, trials=1, prices={}, agent_params=0, monitor=monitor)
+    assert json.loads(json.dumps(results))["hack_monitors"] == monitor(eps[:1])
+    assert HackMonitor.for_scenario(dataclasses.replace(restaurant, rules_path=None)) is None
+    assert monitor([broken])["flagged"] == [] and monitor([broken])["words_per_reply"] is None

@@ -49,9 +49,17 @@ def test_on_malformed_end_stops_at_the_first_bad_turn(restaurant, smollm_tokeniz
     from sead.usersim.scripted import ScriptedUserSimulator
 
     profile = Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, [])
-    ep = asyncio.run(run_episode(profile, scenario=restaurant, agent=OneLineAgent(smollm_tokenizer),
-                                 user=ScriptedUserSimulator(restaurant), tokenizer=smollm_tokenizer,
-                                 cfg=RunnerConfig(on_malformed="end"), seed=1))
+    ep = asyncio.run(
+        run_episode(
+            profile,
+            scenario=restaurant,
+            agent=OneLineAgent(smollm_tokenizer),
+            user=ScriptedUserSimulator(restaurant),
+            tokenizer=smollm_tokenizer,
+            cfg=RunnerConfig(on_malformed="end"),
+            seed=1,
+        )
+    )
     assert ep.end_reason == "format_error" and len(ep.turns) == 1 and not ep.success
 
 
@@ -60,7 +68,7 @@ def test_plausibility_swaps_only_for_exact_library_entries_and_keeps_numbers(res
     profile = Profile.make({"cooperation": 1, "emotion": 2, "trust": 3}, [lib[0], lib[1]])
     swapped, n = apply_answer(profile, json.dumps({"behaviours": [lib[5], lib[1]]}), restaurant.library)
     assert n == 1 and swapped.behaviours == (lib[5], lib[1]) and swapped.state == profile.state
-    invented, n = apply_answer(profile, '{"behaviours": ["Sings loudly.", "%s"]}' % lib[1], restaurant.library)
+    invented, n = apply_answer(profile, json.dumps({"behaviours": ["Sings loudly.", lib[1]]}), restaurant.library)
     assert n == 0 and invented == profile
     assert apply_answer(profile, "not json", restaurant.library) == (profile, 0)
     assert apply_answer(profile, json.dumps({"behaviours": [lib[5]]}), restaurant.library) == (profile, 0)

@@ -5,17 +5,10 @@ import pytest
 import torch
 
 from sead.dialogue import AgentRequest
-from sead.models.loading import ModelConfig, load_model
 from sead.trainer.policy import HFPolicy, SamplingConfig
 from sead.trainer.sampling import pick_tokens
 
 GREEDY, NUCLEUS = SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0, top_p=0.9)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tok, _ = load_model(ModelConfig(preset="tiny"))
-    return model, tok
 
 
 def encode(tok, text):
@@ -25,8 +18,9 @@ def encode(tok, text):
 def test_shared_prefix_sampling_matches_plain_batched_sampling(tiny):
     model, tok = tiny
     prefix = encode(tok, "You are Alex. Follow the SOP and answer in tags. " * 8)
-    requests = [AgentRequest(prefix + encode(tok, f" user says {i} " * (i + 1)), [], 12, seed=100 + i)
-                for i in range(3)]
+    requests = [
+        AgentRequest(prefix + encode(tok, f" user says {i} " * (i + 1)), [], 12, seed=100 + i) for i in range(3)
+    ]
     for sampling in (GREEDY, NUCLEUS):
         plain = HFPolicy(model, tok, sampling, share_prefix=False, turn_cache_mb=0).sample(requests)
         shared_policy = HFPolicy(model, tok, sampling)
@@ -105,8 +99,11 @@ def test_nucleus_sampling_stays_in_the_nucleus_and_follows_its_probabilities():
 def test_top_k_and_wide_nuclei_match_a_full_sort():
     torch.manual_seed(0)
     logits = torch.randn(3, 1000) * 0.1  # flat: the 0.95 nucleus is far wider than the candidate window
-    for cfg in (SamplingConfig(temperature=1.0, top_p=0.95), SamplingConfig(temperature=0.7, top_p=1.0, top_k=5),
-                SamplingConfig(temperature=1.3, top_p=0.5, top_k=400)):
+    for cfg in (
+        SamplingConfig(temperature=1.0, top_p=0.95),
+        SamplingConfig(temperature=0.7, top_p=1.0, top_k=5),
+        SamplingConfig(temperature=1.3, top_p=0.5, top_k=400),
+    ):
         allowed = []
         for row in logits / cfg.temperature:
             k = cfg.top_k or row.numel()

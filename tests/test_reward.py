@@ -1,9 +1,9 @@
 """sead/reward.py on hand-built dialogues (through the real tag format); expected values computed by hand."""
 
 import pytest
-
 from dialogue_fixtures import SCHEMA, SPACE, agent, user
-from sead.dialogue.episode import Episode, Turn
+
+from sead.dialogue.episode import USER_REPORTS, Episode, Turn
 from sead.reward import Reward, RewardWeights, compute_reward, stage_progress
 from sead.scenario.profiles import Profile
 
@@ -13,26 +13,43 @@ MAX_TURNS = 10
 
 
 def success_ep():
-    # 3 turns, stages 0,1,3 (stage 2 never declared), user succeeds; the agent does not say done.
+    # 3 turns, stages 0,1,3 declared, user succeeds; the agent does not say done.
     #   format: t2's noise score 7 is out of range (0-5) -> 2 of 3 turns clean -> 2/3
-    #   stage_progress: 0 and 1 reached in order, 2 missing -> 2/4 = 0.5
+    #   stage_progress: the user reports stage 1 done at most -> 2/4 = 0.5 (the declared 3 counts for nothing)
     #   portrait (noise excluded even though unreadable):
     #     t1 pred (2,1,2) vs (2,1,3): 1/5 -> (1/5)/3 = 1/15
     #     t2 pred (3,1,3) vs (3,2,3): 1/3 -> 1/9
     #     t3 pred (3,2,3) vs (4,2,3): 1/4 -> 1/12
     #     1 - (1/15 + 1/9 + 1/12)/3 = 1 - (12 + 20 + 15)/180/3 = 1 - 47/540 = 493/540
     #   agent_hangup 0 (agent never said done); turn_efficiency 1 - 3/10 = 0.7; completion 1
-    return Episode(PROFILE, [Turn(agent(2, 1, 2, 0), user(2, 1, 3)),
-                             Turn(agent(3, 1, 3, 1, noise=7), user(3, 2, 3)),
-                             Turn(agent(3, 2, 3, 3), user(4, 2, 3, status=1))], "user_success")
+    return Episode(
+        PROFILE,
+        [
+            Turn(agent(2, 1, 2, 0), user(2, 1, 3)),
+            Turn(agent(3, 1, 3, 1, noise=7), user(3, 2, 3)),
+            Turn(agent(3, 2, 3, 3), user(4, 2, 3, status=1)),
+        ],
+        "user_success",
+        meta={USER_REPORTS: acknowledged(0, 1, 1)},
+    )
 
 
 def hangup_ep():
     # Agent says done on turn 2 without user success.
-    #   format 2/2 = 1; stages 0,1 -> 2/4 = 0.5; portrait t1 pred (2,2,3) vs (1,2,3): 1/4 -> 1 - (1/4)/3 = 11/12
+    #   format 2/2 = 1; the user reports stage 1 done -> 2/4 = 0.5
+    #   portrait t1 pred (2,2,3) vs (1,2,3): 1/4 -> 1 - (1/4)/3 = 11/12
     #   agent_hangup -1; turn_efficiency 0 (not a success); completion 0
-    return Episode(PROFILE, [Turn(agent(2, 2, 3, 0), user(1, 2, 3)),
-                             Turn(agent(2, 2, 3, 1, status=1))], "agent_done")
+    return Episode(
+        PROFILE,
+        [Turn(agent(2, 2, 3, 0), user(1, 2, 3)), Turn(agent(2, 2, 3, 1, status=1))],
+        "agent_done",
+        meta={USER_REPORTS: acknowledged(1)},
+    )
+
+
+def acknowledged(*stages):
+    """The scripted simulator's report per user turn: the last stage it has taken as done (-1: none yet)."""
+    return [{"stage_done": s, "active_concern": None} for s in stages]
 
 
 def reward(ep, max_turns=MAX_TURNS, **weights):
@@ -53,7 +70,13 @@ def test_fixture_parsed_as_intended():
 def test_default_weights_give_exactly_completion():
     w = RewardWeights()
     assert (w.completion, w.format, w.stage_progress, w.portrait_accuracy, w.agent_hangup, w.turn_efficiency) == (
-        1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    )
     r_ok, r_bad = reward(success_ep()), reward(hangup_ep())
     assert isinstance(r_ok, Reward)
     assert r_ok.total == 1.0 and r_bad.total == 0.0  # other components are non-zero but weigh nothing
@@ -63,11 +86,27 @@ def test_default_weights_give_exactly_completion():
 def test_components_always_all_present_by_hand():
     comps = reward(success_ep()).components
     assert set(comps) == COMPONENTS
-    assert comps == pytest.approx({"completion": 1.0, "format": 2 / 3, "stage_progress": 0.5,
-                                   "portrait_accuracy": 493 / 540, "agent_hangup": 0.0, "turn_efficiency": 0.7})
+    assert comps == pytest.approx(
+        {
+            "completion": 1.0,
+            "format": 2 / 3,
+            "stage_progress": 0.5,
+            "portrait_accuracy": 493 / 540,
+            "agent_hangup": 0.0,
+            "turn_efficiency": 0.7,
+        }
+    )
     comps = reward(hangup_ep(), agent_hangup=1.0).components
-    assert comps == pytest.approx({"completion": 0.0, "format": 1.0, "stage_progress": 0.5,
-                                   "portrait_accuracy": 11 / 12, "agent_hangup": -1.0, "turn_efficiency": 0.0})
+    assert comps == pytest.approx(
+        {
+            "completion": 0.0,
+            "format": 1.0,
+            "stage_progress": 0.5,
+            "portrait_accuracy": 11 / 12,
+            "agent_hangup": -1.0,
+            "turn_efficiency": 0.0,
+        }
+    )
 
 
 def test_format_term():
@@ -75,22 +114,34 @@ def test_format_term():
     assert reward(hangup_ep(), **only("format")).total == 1.0
     # a turn without <response> is a problem too: 1 clean of 2
     no_resp = SCHEMA.parse_agent("<stage>0</stage><status>0</status>")
-    ep = Episode(PROFILE, [Turn(no_resp, feedback="use the tags"), Turn(agent(1, 1, 1, 0), user(1, 1, 1))],
-                 "turn_limit")
+    ep = Episode(
+        PROFILE, [Turn(no_resp, feedback="use the tags"), Turn(agent(1, 1, 1, 0), user(1, 1, 1))], "turn_limit"
+    )
     assert reward(ep, **only("format")).total == pytest.approx(0.5)
 
 
-def test_stage_progress_term():
+def test_stage_progress_term_counts_what_the_user_acknowledged():
     assert reward(success_ep(), **only("stage_progress", 2.0)).total == pytest.approx(2.0 * 2 / 4)
-    # declaring stage 3 first does not count: 0 is reached, 1 is not -> 1/4
-    ep = Episode(PROFILE, [Turn(agent(1, 1, 1, 3), user(1, 1, 1)), Turn(agent(1, 1, 1, 0), user(1, 1, 1))],
-                 "turn_limit")
-    assert reward(ep, **only("stage_progress")).total == pytest.approx(0.25)
-    # all four stages -> 4/4; no stage declared (9 is out of range) -> 0
-    full = Episode(PROFILE, [Turn(agent(1, 1, 1, s), user(1, 1, 1)) for s in range(4)], "turn_limit")
-    assert stage_progress(full, 4) == 1.0
-    none = Episode(PROFILE, [Turn(agent(1, 1, 1, 9), user(1, 1, 1))], "turn_limit")
-    assert reward(none, **only("stage_progress")).total == 0.0
+    counting_tags = [Turn(agent(1, 1, 1, s), user(1, 1, 1)) for s in range(4)]
+    # every stage declared in order, none acknowledged -> 0
+    unheard = Episode(PROFILE, counting_tags, "turn_limit", meta={USER_REPORTS: acknowledged(-1, -1, -1, -1)})
+    assert stage_progress(unheard, 4) == 0.0
+    # the user took stages 0 and 1, then nothing more -> 2/4, whatever the tags say
+    ep = Episode(PROFILE, counting_tags, "turn_limit", meta={USER_REPORTS: acknowledged(0, 1, 1, 1)})
+    assert reward(ep, **only("stage_progress")).total == pytest.approx(0.5)
+    # all four acknowledged with no stage tag at all (9 is out of range) -> 4/4
+    silent_tags = [Turn(agent(1, 1, 1, 9), user(1, 1, 1)) for _ in range(4)]
+    heard = Episode(PROFILE, silent_tags, "user_success", meta={USER_REPORTS: acknowledged(0, 1, 2, 3)})
+    assert stage_progress(heard, 4) == 1.0
+
+
+def test_stage_progress_is_zero_with_a_simulator_that_reports_no_stages():
+    # An LLM simulator's reports carry no stage_done (e.g. only the endpoint it used), or there are none at all.
+    reports = [{"base_url": "http://sim:8000/v1"}] * 4
+    counting_tags = [Turn(agent(1, 1, 1, s), user(1, 1, 1)) for s in range(4)]
+    for meta in ({USER_REPORTS: reports}, {}):
+        ep = Episode(PROFILE, counting_tags, "turn_limit", meta=meta)
+        assert reward(ep, **only("stage_progress")).components["stage_progress"] == 0.0
 
 
 def test_portrait_accuracy_term():
@@ -121,8 +172,9 @@ def test_turn_efficiency_term():
 
 
 def test_weighted_sum_of_all_terms():
-    w = dict(completion=1.0, format=0.5, stage_progress=0.25, portrait_accuracy=0.2, agent_hangup=1.0,
-             turn_efficiency=0.1)
+    w = dict(
+        completion=1.0, format=0.5, stage_progress=0.25, portrait_accuracy=0.2, agent_hangup=1.0, turn_efficiency=0.1
+    )
     # success: 1 + .5*(2/3) + .25*.5 + .2*(493/540) + 0 + .1*.7
     expected = 1 + 0.5 * 2 / 3 + 0.125 + 0.2 * 493 / 540 + 0.07
     assert reward(success_ep(), **w).total == pytest.approx(expected)
@@ -134,5 +186,35 @@ def test_sim_error_gives_no_reward():
     # last user status 1, but the dialogue ended by simulator error: no reward under any weights
     ep = Episode(PROFILE, [Turn(agent(1, 1, 1, 0), user(1, 1, 1, status=1))], "sim_error")
     assert reward(ep) is None
-    assert reward(ep, format=1.0, stage_progress=1.0, portrait_accuracy=1.0, agent_hangup=1.0,
-                  turn_efficiency=1.0) is None
+    assert (
+        reward(ep, format=1.0, stage_progress=1.0, portrait_accuracy=1.0, agent_hangup=1.0, turn_efficiency=1.0) is None
+    )
+
+
+def test_the_runner_keeps_the_users_stage_reports_so_real_dialogues_earn_stage_progress(tmp_path, restaurant):
+    """Through `run_episode` (as training and eval play), not a hand-built episode: the scripted user's reports
+    reach Episode.meta, so an agent that moves through the SOP earns progress and the tag-only one does not."""
+    from sead.cli.main import main
+    from sead.dialogue import read_rollouts
+
+    progress = {}
+    for name in ("reference", "tag_only"):
+        assert (
+            main(
+                ["eval", f"scripted:{name}", f"eval.out_dir={tmp_path}", f"eval.testset_dir={tmp_path}", "eval.limit=6"]
+            )
+            == 0
+        )
+        episodes = [Episode.from_dict(r) for r in read_rollouts(tmp_path / f"scripted-{name}" / "dialogues.jsonl")]
+        assert all(len(e.meta[USER_REPORTS]) == sum(t.user is not None for t in e.turns) for e in episodes)
+        progress[name] = max(stage_progress(e, len(restaurant.stages)) for e in episodes)
+    assert progress["reference"] >= 0.5 and progress["tag_only"] == 0.0
+
+
+def test_stage_progress_with_a_simulator_that_reports_no_stages_is_called_out(caplog):
+    from sead.config import load_config, reward_weights
+
+    reward_weights(load_config(["reward.stage_progress=0.5"]))
+    assert "no effect" not in caplog.text  # the scripted user reports stages
+    reward_weights(load_config(["reward.stage_progress=0.5", "usersim=openai", "usersim.base_urls=[http://x/v1]"]))
+    assert "reward.stage_progress=0.5 has no effect with the openai simulator" in caplog.text

@@ -22,29 +22,46 @@ class SteadyAgent(TextAgent):
 
     async def reply(self, messages, seed):
         n = sum(m["role"] == "assistant" for m in messages)
-        return self.scenario.tags.format_agent(f"Step {n}: please open the app.",
-                                               {"cooperation": 2, "emotion": 1, "trust": 2, "noise": 0}, min(n, 3), 0)
+        return self.scenario.tags.format_agent(
+            f"Step {n}: please open the app.", {"cooperation": 2, "emotion": 1, "trust": 2, "noise": 0}, min(n, 3), 0
+        )
 
 
 def jobs(n):
-    return [EpisodeJob(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), seed=i, episode_id=f"e{i}")
-            for i in range(n)]
+    return [
+        EpisodeJob(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), seed=i, episode_id=f"e{i}")
+        for i in range(n)
+    ]
 
 
 def simulator(restaurant, urls, timeout=2.0):
-    cfg = load_config(["usersim=openai", f"usersim.base_urls=[{','.join(urls)}]", "usersim.model=fake-user-sim",
-                       f"usersim.timeout={timeout}"])
+    cfg = load_config(
+        [
+            "usersim=openai",
+            f"usersim.base_urls=[{','.join(urls)}]",
+            "usersim.model=fake-user-sim",
+            f"usersim.timeout={timeout}",
+        ]
+    )
     return build_usersim(cfg, restaurant)
 
 
 def run(restaurant, tok, sim, n, log=None, **cfg):
-    rc = RunnerConfig(**{"user_retries": 2, "backoff_base": 0.01, "backoff_max": 0.05, "user_timeout": 3.0,
-                         "concurrency": 8, **cfg})
+    rc = RunnerConfig(
+        **{"user_retries": 2, "backoff_base": 0.01, "backoff_max": 0.05, "user_timeout": 3.0, "concurrency": 8, **cfg}
+    )
 
     async def go():
         try:
-            return await run_batch(jobs(n), scenario=restaurant, agent=SteadyAgent(tok, restaurant), user=sim,
-                                   tokenizer=tok, cfg=rc, log=log)
+            return await run_batch(
+                jobs(n),
+                scenario=restaurant,
+                agent=SteadyAgent(tok, restaurant),
+                user=sim,
+                tokenizer=tok,
+                cfg=rc,
+                log=log,
+            )
         finally:
             await sim.aclose()
 
@@ -80,12 +97,17 @@ def test_server_dying_mid_batch_loses_no_finished_rollout_and_never_hangs(tmp_pa
             with RolloutLog(path) as log:
                 loop = asyncio.get_running_loop()
                 loop.call_later(0.25, server.kill)  # dies while dialogues are in flight
-                rc = RunnerConfig(user_retries=2, backoff_base=0.01, backoff_max=0.05, user_timeout=2.0,
-                                  concurrency=4)
+                rc = RunnerConfig(user_retries=2, backoff_base=0.01, backoff_max=0.05, user_timeout=2.0, concurrency=4)
                 try:
-                    return await run_batch(jobs(12), scenario=restaurant,
-                                           agent=SteadyAgent(smollm_tokenizer, restaurant), user=sim,
-                                           tokenizer=smollm_tokenizer, cfg=rc, log=log)
+                    return await run_batch(
+                        jobs(12),
+                        scenario=restaurant,
+                        agent=SteadyAgent(smollm_tokenizer, restaurant),
+                        user=sim,
+                        tokenizer=smollm_tokenizer,
+                        cfg=rc,
+                        log=log,
+                    )
                 finally:
                     await sim.aclose()
 
@@ -109,16 +131,21 @@ def test_load_balances_over_two_servers(restaurant, smollm_tokenizer):
     assert all(e.success for e in episodes)
 
 
-def test_health_check_names_the_url(restaurant):
-    from sead.usersim import SimulatorError
+def test_health_check_names_each_unreachable_url_and_only_those(restaurant):
+    from sead.errors import SEADInputError
 
-    sim = simulator(restaurant, ["http://127.0.0.1:9/v1"])
+    dead = ["http://127.0.0.1:9/v1", "http://127.0.0.1:99999/v1", "localhost:8000/v1"]
+    with FakeOpenAIServer() as live:
+        sim = simulator(restaurant, [dead[0], live.url, *dead[1:]])
 
-    async def go():
-        try:
-            await sim.check_health()
-        finally:
-            await sim.aclose()
+        async def go():
+            try:
+                await sim.check_health()
+            finally:
+                await sim.aclose()
 
-    with pytest.raises(SimulatorError, match=r"127\.0\.0\.1:9"):
-        asyncio.run(go())
+        with pytest.raises(SEADInputError) as e:
+            asyncio.run(go())
+    message = str(e.value)
+    assert all(f"user simulator at {url} is unreachable" in message for url in dead)
+    assert live.url not in message

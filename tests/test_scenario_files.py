@@ -6,7 +6,7 @@ import pytest
 
 from sead.config import build_scenario, load_config
 from sead.errors import SEADInputError
-from sead.scenario import BehaviourLibrary, PromptTemplate, Profile, read_profiles, write_profiles
+from sead.scenario import BehaviourLibrary, Profile, PromptTemplate, read_profiles, write_profiles
 
 
 @pytest.mark.parametrize("name", ["restaurant", "telecom"])
@@ -33,9 +33,17 @@ def test_scenarios_differ(restaurant):
 
 def test_library_reads_the_original_single_object_format(tmp_path):
     path = tmp_path / "client_action.jsonl"
-    path.write_text(json.dumps({"User_Persona_Classification": {
-        "0. Identity_Verification": ["Says they are not the owner.", "Asks who is calling."],
-        "2. Cost_Concerns": ["Asks about hidden fees."]}}, indent=2))
+    path.write_text(
+        json.dumps(
+            {
+                "User_Persona_Classification": {
+                    "0. Identity_Verification": ["Says they are not the owner.", "Asks who is calling."],
+                    "2. Cost_Concerns": ["Asks about hidden fees."],
+                }
+            },
+            indent=2,
+        )
+    )
     lib = BehaviourLibrary.load(path)
     assert len(lib) == 3
     assert lib.categories == {"Identity_Verification": 2, "Cost_Concerns": 1}
@@ -47,12 +55,15 @@ def _write(tmp_path, name, text):
     return p
 
 
-@pytest.mark.parametrize("lines, line, field, words", [
-    (['{"category": "A", "behaviour": "x"}', '{"category": "A", "behaviour": '], 2, None, "invalid JSON"),
-    (['{"category": "A", "behaviour": "x"}', '{"category": "A", "behaviour": "  "}'], 2, "behaviour", "empty"),
-    (['{"category": "A", "behaviour": "x"}', '{"category": "B", "behaviour": "x"}'], 2, "behaviour", "duplicate"),
-    (['{"behaviour": "x"}'], 1, "category", "empty"),
-])
+@pytest.mark.parametrize(
+    "lines, line, field, words",
+    [
+        (['{"category": "A", "behaviour": "x"}', '{"category": "A", "behaviour": '], 2, None, "invalid JSON"),
+        (['{"category": "A", "behaviour": "x"}', '{"category": "A", "behaviour": "  "}'], 2, "behaviour", "empty"),
+        (['{"category": "A", "behaviour": "x"}', '{"category": "B", "behaviour": "x"}'], 2, "behaviour", "duplicate"),
+        (['{"behaviour": "x"}'], 1, "category", "empty"),
+    ],
+)
 def test_bad_behaviour_library_names_line_and_field(tmp_path, lines, line, field, words):
     path = _write(tmp_path, "lib.jsonl", "\n".join(lines))
     with pytest.raises(SEADInputError) as e:
@@ -67,8 +78,11 @@ def test_empty_library_is_an_error(tmp_path):
 
 
 def test_template_accepts_both_placeholder_spellings():
-    t = PromptTemplate.parse("coop ${initial_cooperation} trust {initial_trust} {{literal}}", "t",
-                             required=["initial_cooperation", "initial_trust"])
+    t = PromptTemplate.parse(
+        "coop ${initial_cooperation} trust {initial_trust} {{literal}}",
+        "t",
+        required=["initial_cooperation", "initial_trust"],
+    )
     assert t.render({"initial_cooperation": 3, "initial_trust": 1}) == "coop 3 trust 1 {literal}"
 
 
@@ -86,19 +100,28 @@ def test_template_missing_placeholder_is_an_error(tmp_path):
 
 
 def test_profile_files_round_trip_in_both_formats(tmp_path, restaurant):
-    profiles = [Profile.make({"cooperation": 1, "emotion": 2, "trust": 4}, [restaurant.library.behaviours[3].text]),
-                Profile.make({"cooperation": 3, "emotion": 1, "trust": 1}, [])]
+    profiles = [
+        Profile.make({"cooperation": 1, "emotion": 2, "trust": 4}, [restaurant.library.behaviours[3].text]),
+        Profile.make({"cooperation": 3, "emotion": 1, "trust": 1}, []),
+    ]
     for suffix in (".jsonl", ".parquet"):
         path = write_profiles(profiles, tmp_path / f"p{suffix}")
         assert read_profiles(path, restaurant.space, restaurant.library) == profiles
 
 
-@pytest.mark.parametrize("record, field, words", [
-    ({"cooperation": 9, "emotion": 1, "trust": 2, "behaviours": []}, "cooperation", "out of range 0-4"),
-    ({"cooperation": 2, "emotion": 1, "behaviours": []}, "trust", "missing"),
-    ({"cooperation": 2, "emotion": 1, "trust": 2, "behaviours": ["Sings a song."]}, "behaviours", "unknown behaviour"),
-    ({"cooperation": "two", "emotion": 1, "trust": 2, "behaviours": []}, "cooperation", "not an integer"),
-])
+@pytest.mark.parametrize(
+    "record, field, words",
+    [
+        ({"cooperation": 9, "emotion": 1, "trust": 2, "behaviours": []}, "cooperation", "out of range 0-4"),
+        ({"cooperation": 2, "emotion": 1, "behaviours": []}, "trust", "missing"),
+        (
+            {"cooperation": 2, "emotion": 1, "trust": 2, "behaviours": ["Sings a song."]},
+            "behaviours",
+            "unknown behaviour",
+        ),
+        ({"cooperation": "two", "emotion": 1, "trust": 2, "behaviours": []}, "cooperation", "not an integer"),
+    ],
+)
 def test_bad_profile_file_names_line_and_field(tmp_path, restaurant, record, field, words):
     good = {"cooperation": 2, "emotion": 1, "trust": 2, "behaviours": []}
     path = _write(tmp_path, "p.jsonl", json.dumps(good) + "\n" + json.dumps(record) + "\n")
@@ -124,15 +147,18 @@ def test_a_new_scenario_needs_only_files(tmp_path, monkeypatch):
     shutil.copytree(load_config.__globals__["config_dir"](), root / "configs")
     (root / "assets").mkdir()
     (root / "assets" / "refund.jsonl").write_text(
-        '{"category": "Angry", "behaviour": "Demands a manager."}\n{"category": "Angry", "behaviour": "Swears."}\n')
+        '{"category": "Angry", "behaviour": "Demands a manager."}\n{"category": "Angry", "behaviour": "Swears."}\n'
+    )
     (root / "configs" / "format_prompt" / "refund_agent.txt").write_text("You handle refunds. Use <response>.\n")
     (root / "configs" / "format_prompt" / "refund_user.txt").write_text(
-        "Patience ${initial_patience}.\n${specific_behaviors}\nReply in <user_reply>.\n")
+        "Patience ${initial_patience}.\n${specific_behaviors}\nReply in <user_reply>.\n"
+    )
     (root / "configs" / "scenario" / "refund.yaml").write_text(
         "name: refund\nagent_prompt: configs/format_prompt/refund_agent.txt\n"
         "user_prompt: configs/format_prompt/refund_user.txt\nbehaviour_library: assets/refund.jsonl\n"
         "stages: [greet, refund]\ndimensions:\n  patience: {low: 0, high: 2}\n"
-        "behaviours_per_profile: {min: 1, max: 1}\n")
+        "behaviours_per_profile: {min: 1, max: 1}\n"
+    )
     monkeypatch.setenv("SEAD_CONFIG_DIR", str(root / "configs"))
     cfg = load_config(["scenario=refund"])
     scenario = build_scenario(cfg)
@@ -144,14 +170,19 @@ def test_compact_prompt_has_a_rule_satisfying_answer_for_every_concern(restauran
     """The compact prompt's FAQ ("- cue words? answer") is only useful to a small model if copying a line answers
     the concern in the scripted user's eyes: each category needs a line whose answer resolves it, and no answer
     may contradict the offer's facts."""
-    from sead.usersim.rules import matches_any, normalise, scenario_rules
+    from sead.usersim.rules import matches_any, normalise
+    from sead.usersim.rules_file import scenario_rules
 
     rules = scenario_rules(restaurant)
     prompt = build_scenario(load_config(["scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt"]))
-    answers = [normalise(line.split("? ", 1)[1]) for line in prompt.agent_system_prompt().splitlines()
-               if line.startswith("- ") and "? " in line]
+    answers = [
+        normalise(line.split("? ", 1)[1])
+        for line in prompt.agent_system_prompt().splitlines()
+        if line.startswith("- ") and "? " in line
+    ]
     assert len(answers) == len(rules.concerns)
-    unanswered = [c.category for c in rules.concerns.values()
-                  if not any(matches_any(a, c.resolved_by) for a in answers)]
+    unanswered = [
+        c.category for c in rules.concerns.values() if not any(matches_any(a, c.resolved_by) for a in answers)
+    ]
     assert unanswered == []
     assert [a for a in answers if matches_any(a, rules.contradictions)] == []

@@ -1,7 +1,7 @@
 """The scripted user simulator and scripted agents: deterministic, well-formed, and harder for harder profiles.
 
-Dialogues are driven by a small text-only loop (no tokenizer, no runner) that passes seeds and messages the way
-the episode runner does.
+Dialogues are driven by the text-only loop of scripted_play (no tokenizer, no runner) that passes seeds and
+messages the way the episode runner does. The adversarial agents are in test_adversarial.py.
 """
 
 import asyncio
@@ -11,37 +11,22 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scenario_named
 
 from sead.agents import ReferenceAgent, SOPIgnoringAgent
-from sead.config import build_scenario, load_config, project_root
+from sead.config import build_scenario, load_config
 from sead.errors import SEADInputError
 from sead.scenario import Profile
 from sead.usersim import Exchange
-from sead.usersim.rules import Dynamics, load_rules, normalise
+from sead.usersim.rules import Dynamics, normalise
+from sead.usersim.rules_file import load_rules
 from sead.usersim.scripted import ScriptedUserSimulator
 
-MAX_TURNS = 15
 LEVELS = {  # value lists are sampled per profile
     "easy": {"cooperation": [3], "emotion": [2], "trust": [4]},
     "medium": {"cooperation": [2], "emotion": [1, 2], "trust": [2, 3]},
     "hard": {"cooperation": [1], "emotion": [1], "trust": [1]},
 }
-
-
-def _shipped(name):
-    cfg = load_config([f"scenario={name}"]).scenario
-    keys = ("agent_prompt", "user_prompt", "behaviour_library", "rules")
-    return all(cfg.get(k) and (project_root() / cfg[k]).is_file() for k in keys)
-
-
-SCENARIOS = [n for n in ("restaurant", "telecom") if n == "restaurant" or _shipped(n)]
-
-
-class StubTokenizer:
-    eos_token_id = 0
-
-    def encode(self, text, add_special_tokens=False):
-        return [1] * len(text.split())
 
 
 @dataclasses.dataclass
@@ -54,54 +39,31 @@ class Bundle:
 
 @pytest.fixture(scope="module", params=SCENARIOS)
 def env(request):
-    scenario = build_scenario(load_config([f"scenario={request.param}"]))
-    return Bundle(scenario, ScriptedUserSimulator(scenario), ReferenceAgent(scenario, StubTokenizer()),
-                  SOPIgnoringAgent(scenario, StubTokenizer()))
-
-
-async def converse(scenario, agent, user, profile, seed):
-    """One dialogue; returns (agent turns, user turns, end) with turns parsed by the scenario's TagSchema."""
-    tags = scenario.tags
-    messages = [{"role": "system", "content": scenario.agent_system_prompt()}]
-    history, agent_turns, user_turns = [], [], []
-    for turn in range(MAX_TURNS):
-        agent_turn = tags.parse_agent(await agent.reply(messages, seed * 1000 + turn))
-        agent_turns.append(agent_turn)
-        messages.append({"role": "assistant", "content": agent_turn.text})
-        if agent_turn.status == 1:
-            return agent_turns, user_turns, "agent_done"
-        reply = await user.respond(profile, list(history), agent_turn.response, seed=seed * 1000 + turn)
-        user_turn = tags.parse_user(reply.text)
-        user_turns.append(user_turn)
-        history.append(Exchange(agent_turn.response, reply.text))
-        if user_turn.status in (1, -1):
-            return agent_turns, user_turns, "success" if user_turn.status == 1 else "hangup"
-        messages.append({"role": "user", "content": f"<user_reply>{user_turn.reply}</user_reply>"})
-    return agent_turns, user_turns, "turn_limit"
+    scenario = scenario_named(request.param)
+    return Bundle(
+        scenario,
+        ScriptedUserSimulator(scenario),
+        ReferenceAgent(scenario, StubTokenizer()),
+        SOPIgnoringAgent(scenario, StubTokenizer()),
+    )
 
 
 def run_all(env, agent, profiles, seed0=0):
-    async def batch():
-        return await asyncio.gather(*(converse(env.scenario, agent, env.user, p, seed0 + i)
-                                      for i, p in enumerate(profiles)))
-    return asyncio.run(batch())
+    return play(env.scenario, agent, env.user, profiles, [seed0 + i for i in range(len(profiles))])
 
 
 def make_profiles(scenario, level, n, seed=7):
     rng = random.Random(seed)
     lo, hi = scenario.behaviours_per_profile
     texts = [b.text for b in scenario.library.behaviours]
-    return [Profile.make({k: rng.choice(v) for k, v in level.items()}, rng.sample(texts, rng.randint(max(lo, 1), hi)))
-            for _ in range(n)]
+    return [
+        Profile.make({k: rng.choice(v) for k, v in level.items()}, rng.sample(texts, rng.randint(max(lo, 1), hi)))
+        for _ in range(n)
+    ]
 
 
-def success_rate(results):
-    return sum(end == "success" for _, _, end in results) / len(results)
-
-
-def transcript(result):
-    agent_turns, user_turns, end = result
-    return [t.text for t in agent_turns], [t.text for t in user_turns], end
+def transcript(ep):
+    return [t.agent.text for t in ep.turns], [t.user.text for t in ep.turns if t.user], ep.end_reason
 
 
 def test_same_seed_same_transcript_and_seeds_matter(env):
@@ -115,20 +77,21 @@ def test_same_seed_same_transcript_and_seeds_matter(env):
 
 def test_replaying_history_gives_the_same_reply(env):
     profile = make_profiles(env.scenario, LEVELS["medium"], 1)[0]
-    agent_turns, user_turns, _ = run_all(env, env.reference, [profile])[0]
-    history = [Exchange(a.response, u.text) for a, u in zip(agent_turns, user_turns)]
-    last = len(user_turns) - 1
-    replayed = asyncio.run(env.user.respond(profile, history[:last], agent_turns[last].response, seed=last))
-    assert replayed.text == user_turns[last].text
+    turns = [t for t in run_all(env, env.reference, [profile])[0].turns if t.user]
+    history = [Exchange(t.agent.response, t.user.text) for t in turns]
+    last = len(turns) - 1
+    replayed = asyncio.run(env.user.respond(profile, history[:last], turns[last].agent.response, seed=last))
+    assert replayed.text == turns[last].user.text
 
 
 def test_every_turn_parses_cleanly_with_values_in_range(env):
     space = env.scenario.space
     for agent in (env.reference, env.ignoring):
         for level in LEVELS.values():
-            for agent_turns, user_turns, _ in run_all(env, agent, make_profiles(env.scenario, level, 15)):
-                assert agent_turns and user_turns
-                for turn in agent_turns + user_turns:
+            for ep in run_all(env, agent, make_profiles(env.scenario, level, 15)):
+                user_turns = ep.user_turns
+                assert ep.turns and user_turns
+                for turn in [t.agent for t in ep.turns] + user_turns:
                     assert turn.problems == [], turn.text
                 for turn in user_turns:
                     assert turn.reply and turn.think is not None and turn.status in (-1, 0, 1)
@@ -136,8 +99,10 @@ def test_every_turn_parses_cleanly_with_values_in_range(env):
 
 
 def test_completion_rate_falls_with_difficulty(env):
-    rates = {name: success_rate(run_all(env, env.reference, make_profiles(env.scenario, level, 60)))
-             for name, level in LEVELS.items()}
+    rates = {
+        name: completion_rate(run_all(env, env.reference, make_profiles(env.scenario, level, 60)))
+        for name, level in LEVELS.items()
+    }
     print(f"{env.scenario.name} reference completion rates: {rates}")
     assert rates["easy"] > 0.6
     assert rates["easy"] > rates["medium"] > rates["hard"]
@@ -148,7 +113,7 @@ def test_lower_initial_state_never_helps(env):
     behaviours = [p.behaviours for p in make_profiles(env.scenario, LEVELS["medium"], 60)]
 
     def rate(state):
-        return success_rate(run_all(env, env.reference, [Profile.make(state, b) for b in behaviours]))
+        return completion_rate(run_all(env, env.reference, [Profile.make(state, b) for b in behaviours]))
 
     reference = rate(base)
     for name in base:
@@ -157,7 +122,7 @@ def test_lower_initial_state_never_helps(env):
 
 def test_sop_ignoring_agent_almost_never_succeeds(env):
     profiles = [p for level in LEVELS.values() for p in make_profiles(env.scenario, level, 30)]
-    assert success_rate(run_all(env, env.ignoring, profiles)) <= 0.05
+    assert completion_rate(run_all(env, env.ignoring, profiles)) <= 0.05
 
 
 def test_contradiction_lowers_trust(env):
@@ -168,8 +133,10 @@ def test_contradiction_lowers_trust(env):
     def trust_after(text):
         return tags.parse_user(asyncio.run(env.user.respond(profile, [], text, seed=1)).text).state["trust"]
 
-    assert trust_after(f"{line} Also, {rules.contradictions[0]}.") == \
-        trust_after(line) - rules.dynamics.contradiction_trust_drop
+    assert (
+        trust_after(f"{line} Also, {rules.contradictions[0]}.")
+        == trust_after(line) - rules.dynamics.contradiction_trust_drop
+    )
 
 
 def test_unanswered_concern_ends_in_a_hangup(env):
@@ -185,7 +152,7 @@ def test_unanswered_concern_ends_in_a_hangup(env):
 
     raised = asyncio.run(say(rules.stages[0].reference_agent))
     assert raised.reply == (behaviour.utterance or behaviour.text) and raised.status == 0
-    dodges = [asyncio.run(say(line)) for line in SOPIgnoringAgent.LINES[:rules.dynamics.max_unresolved_rounds]]
+    dodges = [asyncio.run(say(line)) for line in SOPIgnoringAgent.LINES[: rules.dynamics.max_unresolved_rounds]]
     assert [t.status for t in dodges] == [0] * (len(dodges) - 1) + [-1]
     assert dodges[0].state["trust"] < raised.state["trust"]
 
@@ -215,10 +182,27 @@ def test_reference_agent_closes_only_after_the_user_confirms_the_last_stage(env)
     for i, stage in enumerate(stages):
         said = tags.parse_agent(asyncio.run(env.reference.reply(messages, seed=i)))
         assert (said.stage, said.status, said.response) == (i, 0, stage.reference_agent)
-        messages += [{"role": "assistant", "content": said.text},
-                     {"role": "user", "content": f"<user_reply>{stage.user_ack[0]}</user_reply>"}]
+        messages += [
+            {"role": "assistant", "content": said.text},
+            {"role": "user", "content": f"<user_reply>{stage.user_ack[0]}</user_reply>"},
+        ]
     closing = tags.parse_agent(asyncio.run(env.reference.reply(messages, seed=9)))
     assert closing.status == 1 and closing.stage == len(stages) - 1
+
+
+def test_every_reference_line_is_one_clean_move(env):
+    """Each stage line and its rewordings cue that stage alone; each answer and its rewordings answer that kind alone
+    (and cue at most one stage); no rewording repeats the lines before it, so the reference agent can say a thing
+    again without being taken for a repeat."""
+    rules = env.user.rules
+    moves = [((i,), None, (s.reference_agent, *s.reference_rewordings)) for i, s in enumerate(rules.stages)]
+    moves += [(None, (c.category,), (c.reference_answer, *c.reference_rewordings)) for c in rules.concerns.values()]
+    for stages, kinds, lines in moves:
+        assert len(lines) >= 2, lines[0]
+        for k, line in enumerate(lines):
+            reading = rules.read(line, lines[:k])
+            assert reading.usable, line
+            assert reading.stages == stages if stages else reading.kinds == kinds, line
 
 
 def test_identity_names_rules_and_dynamics(env):
@@ -234,6 +218,7 @@ def test_phrases_match_case_and_brackets_insensitively():
 
 # --- bad rules files -------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def restaurant_rules():
     scenario = build_scenario(load_config(["scenario=restaurant"]))
@@ -244,21 +229,38 @@ def _del(key):
     return lambda d: d.pop(key)
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (_del("stages"), "stages"),
-    (lambda d: d["stages"].pop(), "stages"),
-    (lambda d: d["stages"][2].update(agent_cues=[]), "stages[2].agent_cues"),
-    (lambda d: d["stages"][3].update(name="wrap_up"), "stages[3].name"),
-    (lambda d: d["stages"][1].pop("reference_agent"), "stages[1].reference_agent"),
-    (lambda d: d["stages"][0].update(user_ack=["ok", 5]), "stages[0].user_ack[1]"),
-    (lambda d: d["concerns"].pop("Cost_Concerns"), "concerns"),
-    (lambda d: d["concerns"]["Cost_Concerns"].pop("resolved_by"), "concerns.Cost_Concerns.resolved_by"),
-    (lambda d: d.update(hangup_lines=[]), "hangup_lines"),
-    (_del("success_line"), "success_line"),
-    (lambda d: d.update(dynamics={"operate_thresold": 2}), "dynamics.operate_thresold"),
-    (lambda d: d.update(dynamics={"drag_chance": 1.5}), "dynamics.drag_chance"),
-    (lambda d: d.update(dynamics={"max_unresolved_rounds": "three"}), "dynamics.max_unresolved_rounds"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (_del("stages"), "stages"),
+        (lambda d: d["stages"].pop(), "stages"),
+        (lambda d: d["stages"][2].update(agent_cues=[]), "stages[2].agent_cues"),
+        (lambda d: d["stages"][3].update(name="wrap_up"), "stages[3].name"),
+        (lambda d: d["stages"][1].pop("reference_agent"), "stages[1].reference_agent"),
+        (lambda d: d["stages"][0].update(user_ack=["ok", 5]), "stages[0].user_ack[1]"),
+        (lambda d: d["concerns"].pop("Cost_Concerns"), "concerns"),
+        (lambda d: d["concerns"]["Cost_Concerns"].pop("resolved_by"), "concerns.Cost_Concerns.resolved_by"),
+        (lambda d: d.update(hangup_lines=[]), "hangup_lines"),
+        (_del("success_line"), "success_line"),
+        (lambda d: d.update(dynamics={"operate_thresold": 2}), "dynamics.operate_thresold"),
+        (lambda d: d.update(dynamics={"drag_chance": 1.5}), "dynamics.drag_chance"),
+        (lambda d: d.update(dynamics={"max_unresolved_rounds": "three"}), "dynamics.max_unresolved_rounds"),
+        (lambda d: d.update(dynamics={"repeat_share": 1.5}), "dynamics.repeat_share"),
+        (lambda d: d.update(dynamics={"max_stages_per_reply": 0}), "dynamics.max_stages_per_reply"),
+        (lambda d: d.update(dynamics={"overlap_ngram": "3"}), "dynamics.overlap_ngram"),
+        (lambda d: d["stages"][0].update(reference_rewording=["Hi."]), "stages[0].reference_rewording"),
+        (
+            lambda d: d["concerns"]["Cost_Concerns"].update(reference_rewordings=["Free.", ""]),
+            "concerns.Cost_Concerns.reference_rewordings[1]",
+        ),
+        # a phrase of two concerns (or two stages) would make one reply answer both kinds, or cue both stages
+        (
+            lambda d: d["concerns"]["Cost_Concerns"]["resolved_by"].append("you pay per click"),
+            "concerns.Cost_Concerns.resolved_by[3]",
+        ),
+        (lambda d: d["stages"][1]["agent_cues"].append("bye for now"), "stages[1].agent_cues[7]"),
+    ],
+)
 def test_bad_rules_file_names_file_and_field(tmp_path, restaurant_rules, mutate, field):
     scenario, data = restaurant_rules
     data = yaml.safe_load(yaml.safe_dump(data))
@@ -298,6 +300,10 @@ def test_dynamics_block_overrides_defaults(tmp_path, restaurant_rules):
     rules = load_rules(path, scenario.stages, scenario.library.categories)
     assert rules.dynamics.operate_threshold == scenario.space["cooperation"].high + 1
     assert rules.dynamics.long_reply_words == Dynamics().long_reply_words
-    env = Bundle(scenario, ScriptedUserSimulator(scenario, rules), ReferenceAgent(scenario, StubTokenizer(), rules),
-                 SOPIgnoringAgent(scenario, StubTokenizer()))
-    assert success_rate(run_all(env, env.reference, make_profiles(scenario, LEVELS["easy"], 20))) == 0
+    env = Bundle(
+        scenario,
+        ScriptedUserSimulator(scenario, rules),
+        ReferenceAgent(scenario, StubTokenizer(), rules),
+        SOPIgnoringAgent(scenario, StubTokenizer()),
+    )
+    assert completion_rate(run_all(env, env.reference, make_profiles(scenario, LEVELS["easy"], 20))) == 0

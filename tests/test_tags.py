@@ -38,16 +38,25 @@ def test_unclosed_tags_are_repaired(schema):
 
 
 def test_out_of_range_and_garbage_values(schema):
-    turn = schema.parse_agent("<response>x</response><trust_score>9</trust_score><stage>two</stage>"
-                              "<status>7</status>")
+    turn = schema.parse_agent("<response>x</response><trust_score>9</trust_score><stage>two</stage><status>7</status>")
     assert turn.portrait["trust"] is None and turn.stage is None and turn.status == 0
     assert any("out of range 0-5" in p for p in turn.problems)
     assert any("<stage> is not a number" in p for p in turn.problems)
     assert any("<status> must be one of" in p for p in turn.problems)
 
 
-@pytest.mark.parametrize("text", ["", "<<<>>>", "<response>", "</response><response>", "\x00" * 5,
-                                  "<user_status>1</user_status>" * 3, "<response>" + "a" * 10000])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "<<<>>>",
+        "<response>",
+        "</response><response>",
+        "\x00" * 5,
+        "<user_status>1</user_status>" * 3,
+        "<response>" + "a" * 10000,
+    ],
+)
 def test_parsing_never_raises(schema, text):
     schema.parse_agent(text)
     schema.parse_user(text)

@@ -15,7 +15,9 @@ import torch
 
 from sead.config import load_config
 from sead.errors import SEADInputError
-from sead.trainer.checkpoint import latest_checkpoint
+from sead.run.checkpoints import latest_checkpoint
+from sead.run.layout import CheckpointFolder, RunLayout
+from sead.trainer.budget import TrainingBudget
 from sead.trainer.loop import train
 
 # Entropy bonus on: the random tiny model never succeeds, so without it the update would be a no-op and
@@ -29,67 +31,72 @@ def sead_cmd(*args):
 
 def test_tiny_loop_writes_the_run_layout(tmp_path):
     run = train(load_config([*TINY, "trainer.iterations=2", f"run_dir={tmp_path / 'run'}"]))
-    steps = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if "reward" in l]
+    layout = RunLayout(run)
+    steps = [json.loads(l) for l in layout.metrics.read_text().splitlines() if "reward" in l]
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
-    for key in ("reward", "CR", "kl", "entropy", "clip_frac", "grad_norm", "gen_tokens_per_s", "time",
-                "controller_marginals", "reward_components"):
+    for key in (
+        "reward",
+        "CR",
+        "kl",
+        "entropy",
+        "clip_frac",
+        "grad_norm",
+        "gen_tokens_per_s",
+        "time",
+        "controller_marginals",
+        "reward_components",
+    ):
         assert key in steps[0]
-    assert sorted(p.name for p in (run / "controller").glob("controller_update_*.json")) == [
-        "controller_update_001.json", "controller_update_002.json"]
-    assert len(list((run / "controller").glob("*.png"))) == 2
-    assert len(list((run / "validation").glob("iter_*.json"))) == 3  # before training and after each iteration
-    rollouts = [json.loads(l) for l in (run / "rollouts" / "step_000001.jsonl").read_text().splitlines()]
+    assert sorted(p.name for p in layout.controller_dir.glob("controller_update_*.json")) == [
+        "controller_update_001.json",
+        "controller_update_002.json",
+    ]
+    assert len(list(layout.controller_dir.glob("*.png"))) == 2
+    assert layout.validated_iterations() == [0, 1, 2]  # before training and after each iteration
+    rollouts = [json.loads(l) for l in layout.rollouts(1).read_text().splitlines()]
     assert len(rollouts) == 4
     for r in rollouts:  # what every rollout record carries
         assert set(r["meta"]["reward"]["components"]) >= {"completion", "format"}
         assert r["meta"]["user_simulator"]["name"] == "scripted" and "seed" in r["meta"] and r["profile"]
-    assert (run / "config.yaml").exists() and json.loads((run / "usersim.json").read_text())["name"] == "scripted"
+    assert layout.config.exists() and json.loads(layout.usersim.read_text())["name"] == "scripted"
     from transformers import AutoModelForCausalLM
 
     path, state = latest_checkpoint(run)
-    assert state["step"] == 4 and path.name == "step_000004"
-    AutoModelForCausalLM.from_pretrained(path / "model")  # a plain HF checkpoint
+    assert state["step"] == 4 and path == layout.checkpoint(4).path
+    AutoModelForCausalLM.from_pretrained(CheckpointFolder(path).model)  # a plain HF checkpoint
 
     from sead.cli.main import main
 
     html = tmp_path / "audit.html"
     assert main(["audit-mask", str(run), "--html", str(html)]) == 0
     page = html.read_text()
-    record = json.loads((run / "rollouts" / "step_000004.jsonl").read_text().splitlines()[0])
-    trained_runs = sum(1 for i, m in enumerate(record["segments"][0]["mask"])
-                       if m and (i == 0 or not record["segments"][0]["mask"][i - 1]))
+    record = json.loads(layout.rollouts(4).read_text().splitlines()[0])
+    trained_runs = sum(
+        1
+        for i, m in enumerate(record["segments"][0]["mask"])
+        if m and (i == 0 or not record["segments"][0]["mask"][i - 1])
+    )
     assert page.count('class="trained"') == trained_runs > 0
     assert "&lt;|im_start|&gt;system" in page  # escaped, and the prompt shown as context
 
-    before = (run / "metrics.jsonl").read_text()
+    before = layout.metrics.read_text()
     assert main(["train", *TINY, f"run_dir={run}"]) == 2  # a fresh run never writes over an earlier one
-    assert (run / "metrics.jsonl").read_text() == before
-
-
-def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path, caplog):
-    run = train(load_config([*TINY, "trainer.iterations=1", f"run_dir={tmp_path / 'run'}"]))
-    newest = run / "checkpoints" / "step_000002"
-    (newest / "trainer_state.json").write_text("{not json")
-    (run / "checkpoints" / "step_000003.partial").mkdir()
-    path, state = latest_checkpoint(run)
-    assert path.name == "step_000001" and state["step"] == 1
-    assert "corrupt" in caplog.text and "partial" in caplog.text
+    assert layout.metrics.read_text() == before
 
 
 def profile_order(run: Path) -> list:
-    return [[r["profile"] for r in map(json.loads, p.read_text().splitlines())]
-            for p in sorted((run / "rollouts").glob("step_*.jsonl"))]
+    return [[r["profile"] for r in map(json.loads, p.read_text().splitlines())] for p in RunLayout(run).rollout_files()]
 
 
 def reward_steps(run: Path) -> list[int]:
-    return [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
+    return [json.loads(l)["step"] for l in RunLayout(run).metrics.read_text().splitlines() if '"reward"' in l]
 
 
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     ref, cut = tmp_path / "ref", tmp_path / "cut"
     subprocess.run(sead_cmd(f"run_dir={ref}"), check=True, capture_output=True, timeout=600)
     proc = subprocess.Popen(sead_cmd(f"run_dir={cut}"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics = cut / "metrics.jsonl"
+    metrics = RunLayout(cut).metrics
     deadline = time.time() + 300
     while time.time() < deadline:  # kill in the middle of step 4, after checkpoint 3
         if metrics.exists() and sum('"reward"' in l for l in metrics.read_text().splitlines()) >= 3:
@@ -107,8 +114,8 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     assert profile_order(cut) == profile_order(ref)
     from safetensors.torch import load_file
 
-    a = load_file(latest_checkpoint(ref)[0] / "model" / "model.safetensors")
-    b = load_file(latest_checkpoint(cut)[0] / "model" / "model.safetensors")
+    a = load_file(CheckpointFolder(latest_checkpoint(ref)[0]).model / "model.safetensors")
+    b = load_file(CheckpointFolder(latest_checkpoint(cut)[0]).model / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert reward_steps(cut) == [1, 2, 3, 4, 5, 6]  # replayed steps replace their lines instead of duplicating them
 
@@ -120,12 +127,13 @@ def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates
     state = latest_checkpoint(run)[1]
     assert state["step"] == 1 and state["train_seconds"] > 0.006  # saved although save_every is 5
     # step 1 lies inside iteration 1 (steps 1-2): its validation still ran, on the policy after step 1
-    points = {p.name: json.loads(p.read_text())["at"] for p in (run / "validation").glob("iter_*.json")}
-    assert sorted(points) == ["iter_000.json", "iter_001.json"] and points["iter_001.json"]["step"] == 1
-    measured = (run / "validation" / "iter_001.json").stat().st_mtime_ns
+    layout = RunLayout(run)
+    points = {i: json.loads(layout.validation_metrics(i).read_text())["at"] for i in layout.validated_iterations()}
+    assert sorted(points) == [0, 1] and points[1]["step"] == 1
+    measured = layout.validation_metrics(1).stat().st_mtime_ns
     train(load_config([*TINY, *budget, f"run_dir={run}", "resume=true"]))
     assert reward_steps(run) == [1]  # the spent budget travels in the checkpoint
-    assert (run / "validation" / "iter_001.json").stat().st_mtime_ns == measured  # and is not measured twice
+    assert layout.validation_metrics(1).stat().st_mtime_ns == measured  # and is not measured twice
 
     # a hard limit: with a quarter step to spare after one more step of the length measured so far, that step
     # runs; a quarter step short of it, it does not start
@@ -135,52 +143,103 @@ def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates
         minutes = (state["train_seconds"] + step_s + spare) / 60
         shy = tmp_path / f"shy{spare}"
         shutil.copytree(run, shy)
-        train(load_config([*TINY, "trainer.iterations=1", f"trainer.max_minutes={minutes}", f"run_dir={shy}",
-                           "resume=true"]))
+        train(
+            load_config(
+                [*TINY, "trainer.iterations=1", f"trainer.max_minutes={minutes}", f"run_dir={shy}", "resume=true"]
+            )
+        )
         assert reward_steps(shy) == steps
 
-    warmed = train(load_config([*TINY, *budget, f"run_dir={tmp_path / 'warm'}", "trainer.warmup.dialogues=2",
-                                "trainer.validation.at_start=false"]))
+    warmed = train(
+        load_config(
+            [
+                *TINY,
+                *budget,
+                f"run_dir={tmp_path / 'warm'}",
+                "trainer.warmup.dialogues=2",
+                "trainer.validation.at_start=false",
+            ]
+        )
+    )
     assert reward_steps(warmed) == []  # the warm-up alone spent the budget: it counts as training time
     # no start-of-run validation was asked for, but the policy the run ends with is always measured
-    assert [p.name for p in (warmed / "validation").glob("iter_*.json")] == ["iter_000.json"]
+    assert RunLayout(warmed).validated_iterations() == [0]
 
-    capped = train(load_config([*TINY, f"run_dir={tmp_path / 'capped'}", "trainer.iterations=1",
-                                "trainer.warmup.dialogues=4", "trainer.warmup.max_minutes=0.0001"]))
-    summary = json.loads((capped / "warmup" / "summary.json").read_text())
+    capped = train(
+        load_config(
+            [
+                *TINY,
+                f"run_dir={tmp_path / 'capped'}",
+                "trainer.iterations=1",
+                "trainer.warmup.dialogues=4",
+                "trainer.warmup.max_minutes=0.0001",
+            ]
+        )
+    )
+    summary = json.loads(RunLayout(capped).warmup.summary.read_text())
     # the warm-up's own cap ends fine-tuning (playing the dialogues already took longer than 6 ms); RL still runs
     assert summary["stopped_by_time"] and summary["sequences_trained"] == 0 and summary["nll_first"] is None
     assert reward_steps(capped) == [1, 2]
 
 
+def test_the_training_budget_stops_before_a_step_as_long_as_the_longest_would_overrun_it():
+    budget = TrainingBudget(max_minutes=1.0)
+    budget.add_warmup(0.5)  # 30 s of the 60
+    assert not budget.spent()  # no step timed yet: one is always tried
+    budget.add_step(10.0)  # 40 s: a step of 10 s more ends at 50 s
+    assert not budget.spent()
+    budget.add_step(12.0)  # 52 s: a step as long as the longest (12 s) would end at 64 s
+    assert budget.spent() and budget.longest_step_s == 12.0
+    again = TrainingBudget.resumed(2.0, budget.state())  # a resume keeps the clock, under the limit now in force
+    assert (again.train_seconds, again.longest_step_s, again.spent()) == (52.0, 12.0, False)
+    assert not TrainingBudget(max_minutes=None, train_seconds=1e9, longest_step_s=1e9).spent()
+
+
 def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path):
-    run = train(load_config([*TINY, "trainer.iterations=1", f"run_dir={tmp_path / 'run'}",
-                             "trainer.warmup.dialogues=8", "trainer.warmup.epochs=3", "trainer.warmup.lr=0.01"]))
-    summary = json.loads((run / "warmup" / "summary.json").read_text())
+    run = train(
+        load_config(
+            [
+                *TINY,
+                "trainer.iterations=1",
+                f"run_dir={tmp_path / 'run'}",
+                "trainer.warmup.dialogues=8",
+                "trainer.warmup.epochs=3",
+                "trainer.warmup.lr=0.01",
+            ]
+        )
+    )
+    warm = RunLayout(run).warmup
+    summary = json.loads(warm.summary.read_text())
     assert summary["imitated"] > 0 and summary["reference_CR"] > 0
     assert summary["nll_last"] < summary["nll_first"]
-    dialogues = [json.loads(l) for l in (run / "warmup" / "dialogues.jsonl").read_text().splitlines()]
+    dialogues = [json.loads(l) for l in warm.dialogues.read_text().splitlines()]
     assert len(dialogues) == 8 and all(d["meta"]["agent"]["name"] == "reference" for d in dialogues)
-    first = json.loads((run / "metrics.jsonl").read_text().splitlines()[1])
+    first = json.loads(RunLayout(run).metrics.read_text().splitlines()[1])
     assert first["step"] == 1 and first["kl"] == 0.0  # the reference is the warmed-up policy, not the base
 
     # Another run starts from that warm-up instead of repeating it, and its minutes count as training time.
-    again = train(load_config([*TINY, "trainer.iterations=1", f"run_dir={tmp_path / 'again'}",
-                               f"trainer.warmup.reuse={run / 'warmup'}"]))
-    reused = json.loads((again / "warmup" / "summary.json").read_text())
-    assert reused["reused_from"] == str(run / "warmup") and reused["minutes"] == summary["minutes"]
-    assert not (again / "warmup" / "dialogues.jsonl").exists()  # nothing was played or fine-tuned again
-    first = json.loads((again / "metrics.jsonl").read_text().splitlines()[1])
+    again = train(
+        load_config(
+            [*TINY, "trainer.iterations=1", f"run_dir={tmp_path / 'again'}", f"trainer.warmup.reuse={warm.path}"]
+        )
+    )
+    again_warm = RunLayout(again).warmup
+    reused = json.loads(again_warm.summary.read_text())
+    assert reused["reused_from"] == str(warm.path) and reused["minutes"] == summary["minutes"]
+    assert not again_warm.dialogues.exists()  # nothing was played or fine-tuned again
+    first = json.loads(RunLayout(again).metrics.read_text().splitlines()[1])
     assert first["kl"] == 0.0  # the warmed model is the start and the KL anchor
     state = latest_checkpoint(again)[1]
     assert state["train_seconds"] >= 60 * summary["minutes"]
     from safetensors.torch import load_file
-    start = load_file(run / "warmup" / "model" / "model.safetensors")
-    assert all(torch.equal(t, load_file(again / "warmup" / "model" / "model.safetensors")[k])
-               for k, t in start.items())
+
+    start = load_file(warm.model / "model.safetensors")
+    assert all(torch.equal(t, load_file(again_warm.model / "model.safetensors")[k]) for k, t in start.items())
 
     with pytest.raises(SEADInputError, match="not a warm-up directory"):
-        train(load_config([*TINY, f"run_dir={tmp_path / 'bad'}", f"trainer.warmup.reuse={run / 'rollouts'}"]))
+        train(
+            load_config([*TINY, f"run_dir={tmp_path / 'bad'}", f"trainer.warmup.reuse={RunLayout(run).rollouts_dir}"])
+        )
 
 
 def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_path):
@@ -190,26 +249,32 @@ def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_p
     lora = [*TINY, "trainer.iterations=1", "trainer.lora.enabled=true"]
     ref = train(load_config([*lora, f"run_dir={tmp_path / 'ref'}"]))
     cut = train(load_config([*lora, f"run_dir={tmp_path / 'cut'}"]))
-    shutil.rmtree(cut / "checkpoints" / "step_000002")  # as if killed after step 1's checkpoint
+    shutil.rmtree(RunLayout(cut).checkpoint(2).path)  # as if killed after step 1's checkpoint
     train(load_config([*lora, f"run_dir={cut}", "resume=true"]))
     a, b = latest_checkpoint(ref), latest_checkpoint(cut)
     for clock in ("train_seconds", "longest_step_s"):  # wall clock: differs between runs
         a[1].pop(clock), b[1].pop(clock)
     assert a[1] == b[1] and a[1]["step"] == 2
-    for part in ("adapter/adapter_model.safetensors", "model/model.safetensors"):
-        x, y = load_file(a[0] / part), load_file(b[0] / part)
+    ours, theirs = CheckpointFolder(a[0]), CheckpointFolder(b[0])
+    for x, y in (
+        (ours.adapter / "adapter_model.safetensors", theirs.adapter / "adapter_model.safetensors"),
+        (ours.model / "model.safetensors", theirs.model / "model.safetensors"),
+    ):
+        x, y = load_file(x), load_file(y)
         assert all(torch.equal(x[k], y[k]) for k in x)
-    merged = AutoModelForCausalLM.from_pretrained(a[0] / "model")  # a plain HF model, adapters merged in
+    merged = AutoModelForCausalLM.from_pretrained(ours.model)  # a plain HF model, adapters merged in
     assert not any("lora" in name for name, _ in merged.named_parameters())
 
 
 def test_ppo_estimator_runs_the_loop_and_checkpoints_its_value_head(tmp_path):
-    run = train(load_config([*TINY, "trainer.iterations=1", "trainer.update.estimator=ppo",
-                             f"run_dir={tmp_path / 'run'}"]))
-    steps = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
+    run = train(
+        load_config([*TINY, "trainer.iterations=1", "trainer.update.estimator=ppo", f"run_dir={tmp_path / 'run'}"])
+    )
+    steps = [json.loads(l) for l in RunLayout(run).metrics.read_text().splitlines() if '"reward"' in l]
     assert len(steps) == 2 and all("value_loss" in s for s in steps)
-    saved = torch.load(latest_checkpoint(run)[0] / "optimizer.pt", weights_only=False)
+    saved = torch.load(CheckpointFolder(latest_checkpoint(run)[0]).optimizer, weights_only=False)
     assert saved["value_head"]["weight"].shape[0] == 1
-    train(load_config([*TINY, "trainer.iterations=2", "trainer.update.estimator=ppo", f"run_dir={run}",
-                       "resume=true"]))  # the value head comes back with the optimiser
+    train(
+        load_config([*TINY, "trainer.iterations=2", "trainer.update.estimator=ppo", f"run_dir={run}", "resume=true"])
+    )  # the value head comes back with the optimiser
     assert latest_checkpoint(run)[1]["step"] == 4

@@ -7,16 +7,17 @@ import math
 import pytest
 import torch
 
-from sead.models.loading import ModelConfig, load_model
+from sead.trainer.estimators import Sequence
 from sead.trainer.losses import clipped_policy_loss, grpo_advantages, low_var_kl
-from sead.trainer.update import Sequence, UpdateConfig, Updater, masked_logprobs
+from sead.trainer.update import UpdateConfig, Updater, masked_logprobs
 
 
 def test_grpo_advantages_by_hand():
     # group 0: rewards 1,0,1,1 -> mean .75, sample std sqrt((3*.25^2 + .75^2)/3) = .5
     # -> (1-.75)/.5 = .5 and (0-.75)/.5 = -1.5; group 1 (all equal) -> 0; a lone rollout -> 0
-    adv = grpo_advantages(torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 0, 0, 1, 1, 2]),
-                          eps=0.0)
+    adv = grpo_advantages(
+        torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 0, 0, 1, 1, 2]), eps=0.0
+    )
     assert adv.tolist() == pytest.approx([0.5, -1.5, 0.5, 0.5, 0.0, 0.0, 0.0])
     centred = grpo_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), normalise_std=False)
     assert centred.tolist() == pytest.approx([0.5, -0.5])
@@ -41,16 +42,15 @@ def test_clipped_loss_by_hand():
     assert loss_hi.tolist() == pytest.approx([-1.28, 0.8, -1.25, -1.1]) and clipped_hi.tolist() == [1, 1, 0, 0]
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    model, tok, _ = load_model(ModelConfig(preset="tiny"))
-    return model, tok
-
-
 def make_sequence(tok, adv):
-    ids = torch.tensor(tok.encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\nhi, this is "
-                                  "Alex<|im_end|>\n<|im_start|>user\nwho?<|im_end|>\n<|im_start|>assistant\nAlex "
-                                  "again<|im_end|>", add_special_tokens=False))
+    ids = torch.tensor(
+        tok.encode(
+            "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\nhi, this is "
+            "Alex<|im_end|>\n<|im_start|>user\nwho?<|im_end|>\n<|im_start|>assistant\nAlex "
+            "again<|im_end|>",
+            add_special_tokens=False,
+        )
+    )
     mask = torch.zeros_like(ids)
     mask[12:18] = 1
     mask[-4:] = 1
@@ -83,7 +83,7 @@ def test_update_moves_the_policy_and_never_the_reference(tiny):
     policy, ref = copy.deepcopy(model), copy.deepcopy(model).requires_grad_(False)
     before_ref = {k: v.clone() for k, v in ref.state_dict().items()}
     before = {k: v.clone() for k, v in policy.state_dict().items()}
-    upd = Updater(policy, ref, UpdateConfig(lr=1e-2, warmup_steps=1, kl_coef=0.1, temperature=1.0), total_steps=2)
+    upd = Updater(policy, ref, UpdateConfig(lr=1e-2, warmup_steps=1, kl_coef=0.1, temperature=1.0))
     for _ in range(2):
         stats = upd.step([make_sequence(tok, 1.0), make_sequence(tok, -0.5)])
     assert stats["kl"] > 0 and stats["trained_tokens"] == 2 * 10
@@ -95,7 +95,7 @@ def test_zero_advantages_leave_the_policy_unchanged_without_kl(tiny):
     model, tok = tiny
     policy = copy.deepcopy(model)
     before = {k: v.clone() for k, v in policy.state_dict().items()}
-    upd = Updater(policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0, temperature=1.0), total_steps=1)
+    upd = Updater(policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0, temperature=1.0))
     stats = upd.step([make_sequence(tok, 0.0)])
     assert stats["grad_norm"] == 0.0
     assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
@@ -108,7 +108,7 @@ def test_lora_trains_only_adapters_and_uses_the_base_as_reference(tiny):
     policy = wrap(copy.deepcopy(model), LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj"]))
     base_before = {k: v.clone() for k, v in policy.named_parameters() if "lora_" not in k}
     lora_before = {k: v.clone() for k, v in policy.named_parameters() if "lora_" in k}
-    upd = Updater(policy, None, UpdateConfig(lr=5e-2, kl_coef=0.1, temperature=1.0), total_steps=3)
+    upd = Updater(policy, None, UpdateConfig(lr=5e-2, kl_coef=0.1, temperature=1.0))
     stats = [upd.step([make_sequence(tok, 1.0), make_sequence(tok, -0.5)]) for _ in range(3)]
     assert stats[0]["kl"] == 0.0 and stats[-1]["kl"] > 0  # the adapters moved away from the base
     after = dict(policy.named_parameters())
@@ -133,13 +133,14 @@ def test_gae_by_hand():
 def test_ppo_update_trains_a_value_head_toward_the_returns(tiny):
     model, tok = tiny
     policy = copy.deepcopy(model)
-    upd = Updater(policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0, temperature=1.0, estimator="ppo", vf_coef=1.0,
-                                             value_clip=10.0), total_steps=5)
+    upd = Updater(
+        policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0, temperature=1.0, estimator="ppo", vf_coef=1.0, value_clip=10.0)
+    )
     seq = make_sequence(tok, 0.0)
     seq.reward = 1.0
     losses = [upd.step([copy.deepcopy(seq)])["value_loss"] for _ in range(5)]
     assert losses[-1] < losses[0]  # values move toward the return of 1
-    assert upd.value_head.weight.abs().sum() > 0
+    assert upd.estimator.critic.weight.abs().sum() > 0
 
 
 def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_runs_the_prompt_once(tiny):
@@ -152,12 +153,13 @@ def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_runs_the_prom
     for n, reply_at in ((20, 3), (26, 5), (12, 2)):  # own tokens after the prompt; agent tokens from reply_at
         ids = torch.cat([prompt, head, torch.randint(5, 400, (n,))])
         mask = torch.zeros_like(ids)
-        mask[40 + reply_at:] = 1
+        mask[40 + reply_at :] = 1
         seqs.append(Sequence(ids, mask, 1.0))
     assert shared_prompt_length(seqs) == 40 + 2 - 1  # stops where the first agent token is predicted
     passes = []  # (rows, positions, carries a gradient) of each trunk pass
     handle = model.model.norm.register_forward_hook(
-        lambda _m, _i, out: passes.append((*out.shape[:2], out.requires_grad)))
+        lambda _m, _i, out: passes.append((*out.shape[:2], out.requires_grad))
+    )
     shared = masked_logprobs(model, seqs, temperature=0.7, with_entropy=True)
     handle.remove()
     full = masked_logprobs(model, seqs, temperature=0.7, with_entropy=True, share_prefix=False)
@@ -165,3 +167,52 @@ def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_runs_the_prom
         assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
     # the prompt once, without gradient; then only each row's own tokens, with gradient
     assert passes == [(1, 41, False), (3, 40 + 6 + 26 - 41, True)]
+
+
+def episode_with(*masks):
+    """An episode whose token segments carry these loss masks (ids do not matter to the estimators)."""
+    from sead.dialogue.chat_tokens import TokenSegment
+    from sead.dialogue.episode import Episode
+    from sead.scenario import Profile
+
+    segments = [TokenSegment(list(range(len(m))), list(m), [0.0] * len(m)) for m in masks]
+    return Episode(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), [], "turn_limit", segments=segments)
+
+
+def test_grpo_estimator_gives_every_segment_its_episodes_group_advantage_and_drops_flat_groups():
+    from sead.trainer.estimators import ESTIMATORS
+
+    # the rewards of test_grpo_advantages_by_hand; episode 0 spans two segments, episode 1 has one without agent tokens
+    episodes = [
+        episode_with([0, 1, 1], [0, 1]),
+        episode_with([0, 0], [1, 1]),
+        *(episode_with([0, 1]) for _ in range(5)),
+    ]
+    rewards, groups = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0], [0, 0, 0, 0, 1, 1, 2]
+    seqs, counts = ESTIMATORS["grpo"](UpdateConfig(), None).sequences(episodes, rewards, groups)
+    assert [s.episode for s in seqs] == [0, 0, 1, 2, 3, 4, 5, 6]
+    assert [s.advantage for s in seqs] == pytest.approx([0.5, 0.5, -1.5, 0.5, 0.5, 0.0, 0.0, 0.0], abs=1e-5)
+    assert [s.mask.tolist() for s in seqs[:3]] == [[0, 1, 1], [0, 1], [1, 1]]
+    assert counts == {"groups": 3, "groups_dropped": 0}
+    # dynamic sampling: group 1 (equal rewards) and the lone rollout of group 2 carry no gradient
+    seqs, counts = ESTIMATORS["grpo"](UpdateConfig(dynamic_sampling=True), None).sequences(episodes, rewards, groups)
+    assert [s.episode for s in seqs] == [0, 0, 1, 2, 3] and counts == {"groups": 3, "groups_dropped": 2}
+
+
+def test_ppo_estimator_keeps_every_group_and_sets_per_token_advantages_from_its_critic(tiny):
+    from sead.trainer.estimators import ESTIMATORS
+
+    model, _ = tiny
+    ppo = ESTIMATORS["ppo"](UpdateConfig(estimator="ppo", dynamic_sampling=True, lam=0.5), model)
+    episodes = [episode_with([0, 1, 1]), episode_with([0, 1, 1, 1])]
+    seqs, counts = ppo.sequences(episodes, [1.0, 1.0], [0, 0])  # one flat group: GRPO would drop it
+    assert counts == {"groups": 1, "groups_dropped": 0} and len(seqs) == 2
+    hidden = torch.zeros(3, model.config.hidden_size)  # a zero critic on zero states: every value 0
+    for s in seqs:
+        ppo.observe(s, hidden[: int(s.mask.sum())])
+    ppo.advantages(seqs)
+    # values 0, reward 1 on each episode's last agent token, gamma 1, lambda .5: GAE .5, 1 and .25, .5, 1 ...
+    raw = torch.tensor([0.5, 1.0, 0.25, 0.5, 1.0])
+    whitened = (raw - raw.mean()) / (raw.std() + 1e-6)  # ... whitened over the batch
+    assert torch.allclose(torch.cat([s.advantage for s in seqs]), whitened, atol=1e-6)
+    assert [s.returns.tolist() for s in seqs] == [[0.5, 1.0], [0.25, 0.5, 1.0]]

@@ -21,9 +21,11 @@ from sead.usersim.openai_sim import OpenAIUserSimulator, build_user_messages
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "serve_user_sim.sh"
 MODEL = "fake-user-sim"
-FIRST_USER_TURN = ("<user_think>who?</user_think>\n<user_reply>Yeah?</user_reply>\n<user_cooperation>2"
-                   "</user_cooperation>\n<user_emotion>1</user_emotion>\n<user_trust>2</user_trust>\n"
-                   "<user_noise>1</user_noise>\n<user_status>0</user_status>")
+FIRST_USER_TURN = (
+    "<user_think>who?</user_think>\n<user_reply>Yeah?</user_reply>\n<user_cooperation>2"
+    "</user_cooperation>\n<user_emotion>1</user_emotion>\n<user_trust>2</user_trust>\n"
+    "<user_noise>1</user_noise>\n<user_status>0</user_status>"
+)
 
 
 @pytest.fixture
@@ -72,8 +74,9 @@ def test_unanswered_agent_turns_merge_so_roles_alternate(restaurant, profile):
 @pytest.mark.asyncio
 async def test_sampling_settings_arrive_in_the_request(restaurant, profile):
     with FakeOpenAIServer(model="m1") as server:
-        sim = OpenAIUserSimulator(restaurant, base_urls=[server.url], model="m1", temperature=0.7, top_p=0.8,
-                                  top_k=20, max_tokens=77)
+        sim = OpenAIUserSimulator(
+            restaurant, base_urls=[server.url], model="m1", temperature=0.7, top_p=0.8, top_k=20, max_tokens=77
+        )
         hosted = OpenAIUserSimulator(restaurant, base_urls=[server.url], model="m1", top_k=None)
         await sim.respond(profile, [], "hello", seed=3)
         await sim.respond(profile, [], "hello", seed=3)
@@ -82,12 +85,25 @@ async def test_sampling_settings_arrive_in_the_request(restaurant, profile):
         await sim.aclose()
         await hosted.aclose()
     first, rerun, next_turn, plain = server.requests
-    assert (first["model"], first["temperature"], first["top_p"], first["top_k"], first["max_tokens"]) == \
-        ("m1", 0.7, 0.8, 20, 77)
+    assert (first["model"], first["temperature"], first["top_p"], first["top_k"], first["max_tokens"]) == (
+        "m1",
+        0.7,
+        0.8,
+        20,
+        77,
+    )
     assert first["seed"] == rerun["seed"] != next_turn["seed"]  # reproducible per episode, fresh per turn
     assert "top_k" not in plain and plain["temperature"] == 0.9 and plain["max_tokens"] == 512
-    assert sim.identity() == {"name": "openai", "model": "m1", "base_urls": [server.url], "temperature": 0.7,
-                              "top_p": 0.8, "top_k": 20, "max_tokens": 77, "timeout": 60.0}
+    assert sim.identity() == {
+        "name": "openai",
+        "model": "m1",
+        "base_urls": [server.url],
+        "temperature": 0.7,
+        "top_p": 0.8,
+        "top_k": 20,
+        "max_tokens": 77,
+        "timeout": 60.0,
+    }
 
 
 @pytest.mark.asyncio
@@ -101,10 +117,18 @@ async def test_requests_round_robin_across_servers(restaurant, profile):
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("fault,cause", [("delay", "no answer within 0.3 s"), ("trickle", "no answer within 0.3 s"),
-                                         ("http500", "HTTP 500"),
-                                         ("http429", "HTTP 429"), ("drop", "connection failed"),
-                                         ("empty", "empty content"), ("no_choices", "no choices")])
+@pytest.mark.parametrize(
+    "fault,cause",
+    [
+        ("delay", "no answer within 0.3 s"),
+        ("trickle", "no answer within 0.3 s"),
+        ("http500", "HTTP 500"),
+        ("http429", "HTTP 429"),
+        ("drop", "connection failed"),
+        ("empty", "empty content"),
+        ("no_choices", "no choices"),
+    ],
+)
 async def test_each_fault_raises_naming_the_url_then_the_next_call_works(restaurant, profile, fault, cause):
     with FakeOpenAIServer() as server:
         sim = make_sim(restaurant, server, timeout=0.3)
@@ -138,9 +162,9 @@ async def test_health_check_passes_live_and_names_dead_url_and_wrong_model(resta
     with FakeOpenAIServer() as server:
         await make_sim(restaurant, server).check_health()
         wrong = OpenAIUserSimulator(restaurant, base_urls=[server.url], model="other-model")
-        with pytest.raises(SimulatorError, match="usersim.model"):
+        with pytest.raises(SEADInputError, match="usersim.model"):
             await wrong.check_health()
-    with pytest.raises(SimulatorError) as err:
+    with pytest.raises(SEADInputError) as err:
         await make_sim(restaurant, server).check_health()
     message = str(err.value)
     assert f"user simulator at {server.url} is unreachable" in message and "serve_user_sim.sh" in message
@@ -174,33 +198,29 @@ def test_config_errors_name_the_field(restaurant):
         OpenAIUserSimulator(restaurant, base_urls=["http://127.0.0.1:1/v1"], model="")
 
 
-@pytest.fixture(scope="module")
-def tiny_hf():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+@pytest.mark.parametrize("make", [lambda p: p / "nowhere", lambda p: p])  # absent; a folder with no model in it
+def test_hf_simulator_without_a_model_names_the_path(tmp_path, restaurant, make):
+    from sead.usersim.hf_sim import HFUserSimulator
 
-    from sead.models.smollm import load_tokenizer
-
-    tokenizer = load_tokenizer()
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
-    return LlamaForCausalLM(config), tokenizer
+    with pytest.raises(SEADInputError) as e:
+        HFUserSimulator(restaurant, model_path=str(make(tmp_path)))
+    assert e.value.field == "usersim.model_path" and str(make(tmp_path)) in str(e.value)
 
 
 @pytest.mark.asyncio
-async def test_hf_simulator_is_reproducible_per_seed_and_counts_tokens(restaurant, profile, tiny_hf):
+async def test_hf_simulator_is_reproducible_per_seed_and_counts_tokens(restaurant, profile, tiny):
     from sead.usersim.hf_sim import HFUserSimulator
 
-    model, tokenizer = tiny_hf
+    model, tokenizer = tiny
     sim = HFUserSimulator(restaurant, model=model, tokenizer=tokenizer, max_new_tokens=12)
     history = [Exchange("Hi, is this the owner?", FIRST_USER_TURN)]
     a, b, c = await asyncio.gather(*(sim.respond(profile, history, "Got a minute?", seed=s) for s in (5, 5, 6)))
     assert a.text and a.text == b.text != c.text
     assert a.completion_tokens == 12  # a random model practically never samples end-of-turn in 12 steps
     messages = build_user_messages(restaurant, profile, history, "Got a minute?")
-    expected_prompt = len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)
-                          ["input_ids"])
+    expected_prompt = len(
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
+    )
     assert a.prompt_tokens == expected_prompt > 500
     assert sim.identity()["name"] == "hf" and sim.identity()["max_new_tokens"] == 12
     with pytest.raises(SEADInputError, match=r"usersim\.model_path"):
@@ -292,8 +312,12 @@ async def test_serve_script_starts_waits_for_health_and_stops_exactly_its_pids(t
     assert not any(alive(p) for p in pids) and not pid_file.exists()
 
     # Foreground: SIGTERM to the script (as Ctrl-C would) stops its instances through the trap.
-    proc = subprocess.Popen(["bash", str(SCRIPT), *common, "--gpus", "3", "--port", str(port), MODEL],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), *common, "--gpus", "3", "--port", str(port), MODEL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     with proc.stdout:
         assert proc.stdout.readline().startswith("usersim.base_urls=[")
         (pid,) = [int(p) for p in pid_file.read_text().split()]

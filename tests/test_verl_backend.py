@@ -13,21 +13,35 @@ import inspect
 import numpy as np
 import pytest
 import torch
-import yaml
 
 # verl is a hard dependency here (scripts/test.sh installs the `verl` extra): a missing one fails, never skips.
 import verl
+import yaml
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 from verl import DataProto
-from verl.experimental.agent_loop.agent_loop import (AgentLoopBase, AgentLoopMetrics, AgentLoopOutput,
-                                                     AgentLoopWorker, _agent_loop_registry, register)
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    AgentLoopWorker,
+    _agent_loop_registry,
+    register,
+)
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
+from verl_fakes import (
+    ChatMLServer,
+    agent_loop_batch,
+    assert_matches_embedded_runner,
+    episode_reward,
+    trainer_and_verl_config,
+    verl_run_config,
+)
 
 from sead.agents import ReferenceAgent
 from sead.config import load_config
@@ -36,15 +50,20 @@ from sead.verl_backend.agent_loop import AGENT_NAME, SEADDialogueAgentLoop
 from sead.verl_backend.episode_io import extra_fields, load_context
 from sead.verl_backend.launcher import compose_verl_config
 from sead.verl_backend.outer_loop import VerlTrainer
-from verl_fakes import (ChatMLServer, agent_loop_batch, assert_matches_embedded_runner, episode_reward,
-                        trainer_and_verl_config, verl_run_config)
 
 
 def test_the_verl_symbols_the_adapter_relies_on():
     assert verl.__version__ == "0.9.1"
     assert issubclass(SEADDialogueAgentLoop, AgentLoopBase) and callable(register)
-    assert {"prompt_ids", "response_ids", "response_mask", "response_logprobs", "num_turns", "extra_fields",
-            "metrics"} <= set(AgentLoopOutput.model_fields)
+    assert {
+        "prompt_ids",
+        "response_ids",
+        "response_mask",
+        "response_logprobs",
+        "num_turns",
+        "extra_fields",
+        "metrics",
+    } <= set(AgentLoopOutput.model_fields)
     assert {"generate_sequences", "tool_calls"} <= set(AgentLoopMetrics.model_fields)
     assert {"token_ids", "log_probs"} <= set(TokenOutput.model_fields)
     params = inspect.signature(LLMServerClient.generate).parameters
@@ -56,7 +75,7 @@ def test_the_verl_symbols_the_adapter_relies_on():
 def test_agent_loop_in_verl_worker_matches_the_embedded_runner(tmp_path):
     cfg, scenario = verl_run_config(tmp_path)
     trainer, config = trainer_and_verl_config(cfg, "actor_rollout_ref.rollout.n=1")
-    ctx = load_context(trainer.run_dir / "config.yaml")
+    ctx = load_context(trainer.layout.config)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     server = ChatMLServer(scenario, tokenizer, TokenOutput)
     worker = AgentLoopWorker(config, llm_client=server, reward_loop_worker_handles=None)
@@ -75,22 +94,37 @@ def test_agent_loop_in_verl_worker_matches_the_embedded_runner(tmp_path):
 def test_reward_function_through_verls_reward_manager(tmp_path):
     cfg, scenario = verl_run_config(tmp_path)
     trainer, config = trainer_and_verl_config(cfg)
-    ctx = load_context(trainer.run_dir / "config.yaml")
+    ctx = load_context(trainer.layout.config)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     profile = trainer.controller.sample(1)[0]
-    ep = asyncio.run(run_episode(profile, scenario=scenario, agent=ReferenceAgent(scenario, tokenizer), user=ctx.user,
-                                 tokenizer=tokenizer, cfg=ctx.runner_cfg, seed=5))
+    ep = asyncio.run(
+        run_episode(
+            profile,
+            scenario=scenario,
+            agent=ReferenceAgent(scenario, tokenizer),
+            user=ctx.user,
+            tokenizer=tokenizer,
+            cfg=ctx.runner_cfg,
+            seed=5,
+        )
+    )
     seg, n = ep.segments[0], len(ctx.first_prompt(tokenizer))
     prompts, responses = torch.tensor(seg.ids[:n]), torch.tensor(seg.ids[n:])
     data = DataProto.from_dict(  # the shapes AgentLoopWorker._compute_score hands a reward worker
-        tensors={"prompts": prompts[None], "responses": responses[None],
-                 "attention_mask": torch.ones(1, len(seg.ids), dtype=torch.int64),
-                 "input_ids": torch.tensor(seg.ids)[None]},
-        non_tensors={"data_source": np.array(["sead"], dtype=object),
-                     "reward_model": np.array([{"ground_truth": ""}], dtype=object),
-                     "extra_info": np.array([{"index": 0, "split": "train"}], dtype=object),
-                     "tool_extra_fields": np.array([extra_fields(ep)], dtype=object),
-                     "__num_turns__": np.array([ep.num_turns])})
+        tensors={
+            "prompts": prompts[None],
+            "responses": responses[None],
+            "attention_mask": torch.ones(1, len(seg.ids), dtype=torch.int64),
+            "input_ids": torch.tensor(seg.ids)[None],
+        },
+        non_tensors={
+            "data_source": np.array(["sead"], dtype=object),
+            "reward_model": np.array([{"ground_truth": ""}], dtype=object),
+            "extra_info": np.array([{"index": 0, "split": "train"}], dtype=object),
+            "tool_extra_fields": np.array([extra_fields(ep)], dtype=object),
+            "__num_turns__": np.array([ep.num_turns]),
+        },
+    )
 
     async def score():  # the manager binds the event loop it is built in, as inside a reward worker
         return await NaiveRewardManager(config.reward, tokenizer, get_custom_reward_fn(config)).run_single(data)
@@ -119,9 +153,9 @@ def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, p
     assert config.actor_rollout_ref.actor.optim.lr == tc.update.lr
     assert config.actor_rollout_ref.actor.kl_loss_coef == tc.update.kl_coef
     assert config.trainer.total_training_steps == tc.steps_per_iteration
-    assert config.reward.custom_reward_function.reward_kwargs.sead_config == str(run / "config.yaml")
+    assert config.reward.custom_reward_function.reward_kwargs.sead_config == str(trainer.layout.config)
     loops = yaml.safe_load(open(config.actor_rollout_ref.rollout.agent.agent_loop_config_path))
-    assert loops[0]["name"] == AGENT_NAME and loops[0]["sead_config"] == str(run / "config.yaml")
+    assert loops[0]["name"] == AGENT_NAME and loops[0]["sead_config"] == str(trainer.layout.config)
     if preset == "gpu8":  # the numbers
         assert (rollout.n, tc.profiles_per_step, tc.update.lr, rollout.temperature) == (8, 60, 1e-6, 1.2)
         assert config.actor_rollout_ref.actor.kl_loss_type == "low_var_kl" and cfg.dialogue.max_turns == 15

@@ -18,18 +18,24 @@ import pytest
 import ray
 import ray.cloudpickle
 import torch
+import verl_fakes
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 from verl.experimental.reward_loop.reward_loop import RewardLoopManager
 from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 from verl.workers.rollout.replica import TokenOutput
+from verl_fakes import (
+    ChatMLServer,
+    agent_loop_batch,
+    assert_matches_embedded_runner,
+    episode_reward,
+    trainer_and_verl_config,
+    verl_run_config,
+)
 
-import verl_fakes
 from sead.verl_backend.agent_loop import AGENT_NAME
 from sead.verl_backend.episode_io import load_context
-from verl_fakes import (ChatMLServer, agent_loop_batch, assert_matches_embedded_runner, episode_reward,
-                        trainer_and_verl_config, verl_run_config)
 
 STEP, GROUP = 1, 2  # the batch's global step; rollouts per profile (GRPO needs two to have an advantage)
 # The training engine's worker runs verl on the CPU platform (verl_fakes.use_cpu_training_engine); the plugin check
@@ -37,20 +43,28 @@ STEP, GROUP = 1, 2  # the batch's global step; rollouts per profile (GRPO needs 
 CPU_WORKER = {"env_vars": {"VERL_PLATFORM": "cpu"}}
 PROMPT_TAIL = 64
 # What the actor needs on CPU: FSDP1 wants an accelerator; flash-attention, torch.compile and bf16 are GPU choices.
-CPU_ACTOR = ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
-             "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-             "+actor_rollout_ref.actor.fsdp_config.mixed_precision="
-             "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"]
+CPU_ACTOR = [
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A gpu1 run's first iteration: one agent-loop worker, one reward worker; stage progress in the reward, so
     that short scripted dialogues differ in reward."""
-    cfg, scenario = verl_run_config(tmp_path_factory.mktemp("verl_ray"), "reward.stage_progress=1.0",
-                                    "verl.gradient_checkpointing=false")
-    trainer, config = trainer_and_verl_config(cfg, f"actor_rollout_ref.rollout.n={GROUP}", "reward.num_workers=1",
-                                              "actor_rollout_ref.rollout.agent.num_workers=1", *CPU_ACTOR)
+    cfg, scenario = verl_run_config(
+        tmp_path_factory.mktemp("verl_ray"), "reward.stage_progress=1.0", "verl.gradient_checkpointing=false"
+    )
+    trainer, config = trainer_and_verl_config(
+        cfg,
+        f"actor_rollout_ref.rollout.n={GROUP}",
+        "reward.num_workers=1",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        *CPU_ACTOR,
+    )
     return cfg, scenario, trainer, config
 
 
@@ -58,8 +72,9 @@ def run(tmp_path_factory):
 def cluster(run):
     config = run[3]
     # main_ppo's runtime environment: verl's defaults merged with ray_kwargs.ray_init.runtime_env (SEAD's overrides).
-    env = OmegaConf.to_container(OmegaConf.merge(get_ppo_ray_runtime_env(config),
-                                                 config.ray_kwargs.ray_init.runtime_env))
+    env = OmegaConf.to_container(
+        OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.runtime_env)
+    )
     env["env_vars"]["VERL_USE_EXTERNAL_PLUGINS"] = "none"
     ours = [verl_fakes, sys.modules[__name__]]  # workers cannot import tests/: ship these by value
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -74,8 +89,11 @@ def cluster(run):
         ray.shutdown()
         deadline, left = time.monotonic() + 20, None
         while left is None or (left and time.monotonic() < deadline):
-            left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before
-                    and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            left = [
+                p
+                for p in psutil.Process().children(recursive=True)
+                if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            ]
             time.sleep(0.2 if left else 0)
         assert not left, f"Ray left processes behind: {[p.name() for p in left]}"
 
@@ -99,8 +117,11 @@ def rollout(run, cluster):
     cfg, scenario, trainer, config = run
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     rewards = RewardLoopManager(config)
-    agents = AgentLoopManager.create(config, llm_client=ChatMLServer(scenario, tokenizer, TokenOutput),
-                                     reward_loop_worker_handles=rewards.reward_loop_worker_handles)
+    agents = AgentLoopManager.create(
+        config,
+        llm_client=ChatMLServer(scenario, tokenizer, TokenOutput),
+        reward_loop_worker_handles=rewards.reward_loop_worker_handles,
+    )
     batch = agent_loop_batch(trainer._rows(trainer.controller.sample(1), "train"), step=STEP, n=GROUP)
     return batch, agents.generate_sequences(batch)
 
@@ -108,7 +129,7 @@ def rollout(run, cluster):
 def test_agent_loop_and_reward_workers_as_ray_actors_match_the_embedded_runner(run, rollout):
     cfg, _, trainer, _ = run
     batch, out = rollout
-    ctx = load_context(trainer.run_dir / "config.yaml")
+    ctx = load_context(trainer.layout.config)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     embedded = assert_matches_embedded_runner(out, batch, ctx=ctx, tokenizer=tokenizer, step=STEP, n=GROUP)
     # The reward worker scored each dialogue from the agent loop's extra fields, on its last token.
@@ -145,17 +166,24 @@ def _one_update(config, batch: dict, groups):
     actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     actor.model_config = model
     mask = batch["response_mask"]
-    advantages, _ = compute_grpo_outcome_advantage(batch["rm_scores"], mask, groups,
-                                                   norm_adv_by_std_in_grpo=config.algorithm.norm_adv_by_std_in_grpo)
+    advantages, _ = compute_grpo_outcome_advantage(
+        batch["rm_scores"], mask, groups, norm_adv_by_std_in_grpo=config.algorithm.norm_adv_by_std_in_grpo
+    )
 
     def tensors(**extra):  # what RayPPOTrainer hands the actor, with TrainingWorker's defaults filled in
         keys = ["input_ids", "attention_mask", "response_mask", "position_ids", "prompts", "responses"]
         td = left_right_2_no_padding(TensorDict({**{k: batch[k] for k in keys}, **extra}, batch_size=len(mask)))
-        tu.assign_non_tensor(td, temperature=config.actor_rollout_ref.rollout.temperature, calculate_entropy=False,
-                             use_remove_padding=model.use_remove_padding, use_fused_kernels=False,
-                             use_dynamic_bsz=actor.use_dynamic_bsz, global_batch_size=len(mask),
-                             max_token_len_per_gpu=actor.ppo_max_token_len_per_gpu,
-                             micro_batch_size_per_gpu=actor.ppo_micro_batch_size_per_gpu)
+        tu.assign_non_tensor(
+            td,
+            temperature=config.actor_rollout_ref.rollout.temperature,
+            calculate_entropy=False,
+            use_remove_padding=model.use_remove_padding,
+            use_fused_kernels=False,
+            use_dynamic_bsz=actor.use_dynamic_bsz,
+            global_batch_size=len(mask),
+            max_token_len_per_gpu=actor.ppo_max_token_len_per_gpu,
+            micro_batch_size_per_gpu=actor.ppo_micro_batch_size_per_gpu,
+        )
         return td
 
     def log_probs():
@@ -165,9 +193,14 @@ def _one_update(config, batch: dict, groups):
 
     dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/pg", rank=0, world_size=1)
     try:
-        engine = EngineRegistry.new(model_type="language_model", backend=actor.strategy, model_config=model,
-                                    engine_config=actor.engine, optimizer_config=actor.optim,
-                                    checkpoint_config=actor.checkpoint)
+        engine = EngineRegistry.new(
+            model_type="language_model",
+            backend=actor.strategy,
+            model_config=model,
+            engine_config=actor.engine,
+            optimizer_config=actor.optim,
+            checkpoint_config=actor.checkpoint,
+        )
         engine.initialize()
 
         def weights():
@@ -175,15 +208,21 @@ def _one_update(config, batch: dict, groups):
 
         before, old = weights(), log_probs()
         with engine.train_mode():
-            out = engine.train_batch(tensors(old_log_probs=old, ref_log_prob=old, advantages=advantages),
-                                     loss_function=partial(ppo_loss, config=actor))
+            out = engine.train_batch(
+                tensors(old_log_probs=old, ref_log_prob=old, advantages=advantages),
+                loss_function=partial(ppo_loss, config=actor),
+            )
         after, new = weights(), log_probs()
     finally:
         dist.destroy_process_group()
-    return {"loss": float(sum(out["loss"])), "grad_norm": out["metrics"]["grad_norm"],
-            "moved": sorted(n for n in before if not torch.equal(before[n], after[n])), "params": sorted(before),
-            "advantage_gain": float((advantages * (new - old) * mask).sum()),
-            "devices": sorted({str(p.device) for p in after.values()})}
+    return {
+        "loss": float(sum(out["loss"])),
+        "grad_norm": out["metrics"]["grad_norm"],
+        "moved": sorted(n for n in before if not torch.equal(before[n], after[n])),
+        "params": sorted(before),
+        "advantage_gain": float((advantages * (new - old) * mask).sum()),
+        "devices": sorted({str(p.device) for p in after.values()}),
+    }
 
 
 def test_one_fsdp2_update_on_cpu_from_the_rollout(run, rollout):
@@ -195,7 +234,7 @@ def test_one_fsdp2_update_on_cpu_from_the_rollout(run, rollout):
     # The update sees the SOP prompt's last PROMPT_TAIL tokens only: on CPU the LM head over a 49k vocabulary costs
     # per token, and the prompt, never trained, is most of each sequence. Prompts are left-padded: this pads more.
     mask = tensors["attention_mask"].clone()
-    mask[:, :tensors["prompts"].shape[1] - PROMPT_TAIL] = 0
+    mask[:, : tensors["prompts"].shape[1] - PROMPT_TAIL] = 0
     tensors.update(attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
     task = ray.remote(_one_update).options(runtime_env=CPU_WORKER)
     result = ray.get(task.remote(config, tensors, batch.non_tensor_batch["index"]))

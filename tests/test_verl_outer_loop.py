@@ -4,6 +4,7 @@ tested on CPU in seconds. (What runs inside verl is tested in test_verl_backend.
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,15 +21,24 @@ from verl_fakes import verl_run_config
 from sead.agents import ReferenceAgent
 from sead.cli.main import main
 from sead.errors import SEADInputError
-from sead.trainer.checkpoint import latest_checkpoint
+from sead.run.checkpoints import latest_checkpoint
+from sead.run.layout import RunLayout
+from sead.run.lock import run_dir_lock
+from sead.run.manifest import manifest_problem
 from sead.verl_backend.episode_io import load_context, play_row
 from sead.verl_backend.launcher import check_sead_config, verl_settings
-from sead.verl_backend.outer_loop import VerlTrainer
+from sead.verl_backend.outer_loop import VerlTrainer, train_with_verl
 from sead.verl_backend.preflight import check_gpus, gpu_plan
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = ["trainer.iterations=2", "trainer.steps_per_iteration=2", "controller.update_every=2",
-        "trainer.profiles_per_step=2", "trainer.rollouts_per_profile=2", "trainer.validation.profiles=2"]
+FAST = [
+    "trainer.iterations=2",
+    "trainer.steps_per_iteration=2",
+    "controller.update_every=2",
+    "trainer.profiles_per_step=2",
+    "trainer.rollouts_per_profile=2",
+    "trainer.validation.profiles=2",
+]
 
 
 class FakeVerl:
@@ -42,78 +52,110 @@ class FakeVerl:
     def __call__(self, overrides, env, log_file):
         o = dict(x.lstrip("+").split("=", 1) for x in overrides)
         self.runs.append(o)
-        spi, batch, n = (int(o[k]) for k in ("trainer.total_training_steps", "data.train_batch_size",
-                                             "actor_rollout_ref.rollout.n"))
+        spi, batch, n = (
+            int(o[k]) for k in ("trainer.total_training_steps", "data.train_batch_size", "actor_rollout_ref.rollout.n")
+        )
         loop = yaml.safe_load(open(o["actor_rollout_ref.rollout.agent.agent_loop_config_path"]))[0]
+        # agent loop and reward read one config: the one in effect (a resume may have its own file)
+        assert o["reward.custom_reward_function.reward_kwargs.sead_config"] == loop["sead_config"]
         ctx = load_context(loop["sead_config"])
         tok = AutoTokenizer.from_pretrained(o["actor_rollout_ref.model.path"])
         agent = ReferenceAgent(ctx.scenario, tok)
         train = pd.read_parquet(o["data.train_files"]).to_dict("records")
         val = pd.read_parquet(o["data.val_files"]).to_dict("records")
         plays = [(0, val, 1)] if o["trainer.val_before_train"] == "True" else []
-        plays += [(s, train[(s - 1) * batch: s * batch], n) for s in range(1, spi + 1)] + [(spi, val, 1)]
+        plays += [(s, train[(s - 1) * batch : s * batch], n) for s in range(1, spi + 1)] + [(spi, val, 1)]
 
         async def play_all():
             for step, rows, group in plays:
-                await asyncio.gather(*(play_row(ctx, agent, tok, extra_info=r["extra_info"],
-                                                step=loop["step_offset"] + step, session=k, group_size=group,
-                                                steps_per_iteration=loop["steps_per_iteration"],
-                                                response_length=int(o["data.max_response_length"]))
-                                       for r in rows for k in range(group)))
+                await asyncio.gather(
+                    *(
+                        play_row(
+                            ctx,
+                            agent,
+                            tok,
+                            extra_info=r["extra_info"],
+                            step=loop["step_offset"] + step,
+                            session=k,
+                            group_size=group,
+                            steps_per_iteration=loop["steps_per_iteration"],
+                            response_length=int(o["data.max_response_length"]),
+                        )
+                        for r in rows
+                        for k in range(group)
+                    )
+                )
 
         asyncio.run(play_all())
         hf = Path(o["trainer.default_local_dir"]) / f"global_step_{spi}" / "actor" / "huggingface"
         shutil.copytree(o["actor_rollout_ref.model.path"], hf)
         Path(env["VERL_FILE_LOGGER_PATH"]).write_text(
-            "".join(json.dumps({"step": s, "data": {"actor/kl_loss": 0.01 * s}}) + "\n" for s in range(1, spi + 1)))
+            "".join(json.dumps({"step": s, "data": {"actor/kl_loss": 0.01 * s}}) + "\n" for s in range(1, spi + 1))
+        )
 
 
 def test_outer_loop_writes_the_embedded_run_layout_and_feeds_the_controller(tmp_path):
     cfg, scenario = verl_run_config(tmp_path, *FAST)
     fake = FakeVerl()
     run = VerlTrainer(cfg, runner=fake).run()
-    steps = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    layout = RunLayout(run)
+    steps = [json.loads(l) for l in layout.metrics.read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
     assert steps[0]["dialogues"] == 4 and 0 <= steps[0]["CR"] <= 1 and steps[1]["verl"] == {"actor/kl_loss": 0.02}
     assert [s.get("controller_update") is not None for s in steps] == [False, True, False, True]
-    assert sorted(p.name for p in (run / "controller").glob("*.json")) == [
-        "controller_update_001.json", "controller_update_002.json", "state_iter_001.json", "state_iter_002.json"]
-    assert sorted(p.name for p in (run / "validation").glob("*.json")) == [
-        "iter_000.json", "iter_001.json", "iter_002.json"]
-    rec = json.loads((run / "rollouts" / "step_000003.jsonl").read_text().splitlines()[0])
+    # the step record and validation metrics both backends write (sead.run.steps)
+    assert {"reward", "reward_components", "CR", "turns", "UPA", "sim_errors", "controller_marginals"} <= set(steps[0])
+    assert json.loads(layout.validation_metrics(1).read_text())["at"] == {"step": 2, "train_minutes": None}
+    reports = [layout.controller_dir / f"controller_update_{k:03d}.json" for k in (1, 2)]
+    assert sorted(layout.controller_dir.glob("*.json")) == sorted(
+        [*reports, layout.controller_state(1), layout.controller_state(2)]
+    )
+    assert layout.validated_iterations() == [0, 1, 2]
+    rec = json.loads(layout.rollouts(3).read_text().splitlines()[0])
     assert rec["meta"]["reward"]["components"] and rec["segments"][0]["mask"] and rec["meta"]["step"] == 3
-    assert (run / "config.yaml").exists() and json.loads((run / "usersim.json").read_text())["name"] == "scripted"
+    assert layout.config.exists() and json.loads(layout.usersim.read_text())["name"] == "scripted"
     # Each verl run starts from the previous iteration's weights; the profiles are the controller's draws.
     path, state = latest_checkpoint(run)
-    assert path.name == "step_000004" and state["step"] == 4 and state["backend"] == "verl"
-    assert fake.runs[1]["actor_rollout_ref.model.path"] == str(run / "checkpoints" / "step_000002" / "model")
+    assert path == layout.checkpoint(4).path and state["step"] == 4 and state["backend"] == "verl"
+    assert manifest_problem(path) is None  # checked on resume like the embedded trainer's
+    assert fake.runs[1]["actor_rollout_ref.model.path"] == str(layout.checkpoint(2).model)
     assert [r["trainer.val_before_train"] for r in fake.runs] == ["True", "False"]
-    drawn = [json.loads(r["extra_info"]["profile"]) for r in
-             pd.read_parquet(run / "verl" / "iter_000" / "train.parquet").to_dict("records")][:2]
-    played = [json.loads(l)["profile"] for l in (run / "rollouts" / "step_000001.jsonl").read_text().splitlines()]
+    drawn = [
+        json.loads(r["extra_info"]["profile"])
+        for r in pd.read_parquet(fake.runs[0]["data.train_files"]).to_dict("records")
+    ][:2]
+    played = [json.loads(l)["profile"] for l in layout.rollouts(1).read_text().splitlines()]
     assert sorted(map(json.dumps, played)) == sorted(map(json.dumps, drawn * 2))  # step 1: its rows, n=2 each
 
     # Resume after iteration 1: the controller state comes back, and iteration 2 draws the same profiles.
-    second = run / "verl" / "iter_001" / "train.parquet"
+    second = fake.runs[1]["data.train_files"]
     before = pd.read_parquet(second).to_dict("records")
-    shutil.rmtree(run / "checkpoints" / "step_000004")
-    shutil.rmtree(run / "verl" / "iter_001")
+    shutil.rmtree(layout.checkpoint(4).path)
+    shutil.rmtree(layout.verl_iteration(1))
     again = FakeVerl()
     VerlTrainer(OmegaConf.merge(cfg, {"resume": True}), runner=again).run()
     assert len(again.runs) == 1 and pd.read_parquet(second).to_dict("records") == before
-    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    assert [json.loads(l)["step"] for l in layout.metrics.read_text().splitlines()] == [1, 2, 3, 4]
     with pytest.raises(SEADInputError, match="already holds a run"):
         VerlTrainer(cfg, runner=fake)
+    # the same run directory rules as the embedded trainer: frozen settings, one writer
+    with pytest.raises(SEADInputError, match="trainer.profiles_per_step 2 -> 3"):
+        VerlTrainer(OmegaConf.merge(cfg, {"resume": True, "trainer": {"profiles_per_step": 3}}), runner=fake)
+    with run_dir_lock(run), pytest.raises(SEADInputError, match=f"PID {os.getpid()}"):
+        train_with_verl(OmegaConf.merge(cfg, {"resume": True}), runner=fake)
 
 
-@pytest.mark.parametrize("override,field", [
-    ("trainer.update.estimator=ppo", "trainer.update.estimator"),
-    ("controller.update_every=4", "controller.update_every"),
-    ("dialogue.max_total_tokens=99999", "verl.max_response_length"),
-    ("dialogue.max_context_tokens=4096", "dialogue.max_context_tokens"),
-    ("verl.tensor_parallel=4", "verl.tensor_parallel"),
-    ("+verl.bogus=1", "verl"),
-])
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ("trainer.update.estimator=ppo", "trainer.update.estimator"),
+        ("controller.update_every=4", "controller.update_every"),
+        ("dialogue.max_total_tokens=99999", "verl.max_response_length"),
+        ("dialogue.max_context_tokens=4096", "dialogue.max_context_tokens"),
+        ("verl.tensor_parallel=4", "verl.tensor_parallel"),
+        ("+verl.bogus=1", "verl"),
+    ],
+)
 def test_config_the_verl_backend_cannot_run_names_the_field(tmp_path, override, field):
     cfg, _ = verl_run_config(tmp_path, override)
     with pytest.raises(SEADInputError) as e:
@@ -123,8 +165,9 @@ def test_config_the_verl_backend_cannot_run_names_the_field(tmp_path, override, 
 
 @pytest.mark.parametrize("preset", ["gpu1", "gpu8"])
 def test_every_verl_setting_can_be_overridden_under_any_preset(tmp_path, preset):
-    cfg, _ = verl_run_config(tmp_path, f"preset={preset}", "verl.gradient_checkpointing=false",
-                             "verl.param_offload=true")
+    cfg, _ = verl_run_config(
+        tmp_path, f"preset={preset}", "verl.gradient_checkpointing=false", "verl.param_offload=true"
+    )
     vs = verl_settings(cfg)
     assert (vs.gradient_checkpointing, vs.param_offload) == (False, True)
 
@@ -149,14 +192,21 @@ def test_train_with_verl_fails_fast_without_gpus(tmp_path, capsys):
 
 def test_main_sh_with_verl_fails_fast_on_a_machine_without_gpus():
     t0 = time.monotonic()
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "main.sh"), "backend=verl", "preset=gpu8"],
-                       capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "main.sh"), "backend=verl", "preset=gpu8"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 2 and "needs NVIDIA GPUs" in r.stderr
     assert time.monotonic() - t0 < 10  # before any install or server start
 
 
 def test_sead_and_its_verl_launcher_never_import_verl():
-    code = ("import sys, sead, sead.cli.commands, sead.trainer.loop, sead.verl_backend.outer_loop, "
-            "sead.verl_backend.preflight, sead.verl_backend.reward_fn; "
-            "sys.exit(1 if any(m == 'verl' or m.startswith('verl.') for m in sys.modules) else 0)")
+    code = (
+        "import sys, sead, sead.cli.commands, sead.trainer.loop, sead.verl_backend.outer_loop, "
+        "sead.verl_backend.preflight, sead.verl_backend.reward_fn; "
+        "sys.exit(1 if any(m == 'verl' or m.startswith('verl.') for m in sys.modules) else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

@@ -19,10 +19,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from sead.agents import ReferenceAgent
-from sead.config import build_scenario, load_config
+from sead.config import build_scenario, load_config, reward_weights
 from sead.dialogue.episode import Episode
 from sead.dialogue.runner import run_episode
+from sead.dialogue.seeds import train_episode_seed
 from sead.reward import compute_reward
+from sead.run.layout import RunLayout
 
 TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>", re.S)
 FAKE_LOGPROB = -0.5
@@ -40,8 +42,9 @@ class ChatMLServer:
         self.requests: list[dict] = []
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
-        self.requests.append({"request_id": request_id, "prompt_ids": list(prompt_ids),
-                              "sampling_params": dict(sampling_params)})
+        self.requests.append(
+            {"request_id": request_id, "prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)}
+        )
         text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
         messages = [{"role": r, "content": c} for r, c in TURN.findall(text)]
         reply = await self.agent.reply(messages, seed=0)
@@ -62,18 +65,25 @@ def tiny_model_dir(root: Path) -> Path:
     return out
 
 
-SMALL_DIALOGUES = ["dialogue.max_turns=5", "dialogue.max_new_tokens=200", "dialogue.max_total_tokens=2400",
-                   "dialogue.max_context_tokens=8192", "verl.max_prompt_length=2048",
-                   "verl.max_response_length=3072"]
+SMALL_DIALOGUES = [
+    "dialogue.max_turns=5",
+    "dialogue.max_new_tokens=200",
+    "dialogue.max_total_tokens=2400",
+    "dialogue.max_context_tokens=8192",
+    "verl.max_prompt_length=2048",
+    "verl.max_response_length=3072",
+]
 
 
 def verl_run_config(tmp: Path, *extra: str):
     """A backend=verl config on the scripted user, its resolved copy written where the agent loop reads it."""
     model = tiny_model_dir(tmp)
-    cfg = load_config(["preset=gpu1", "usersim=scripted", f"model.path={model}", f"run_dir={tmp / 'run'}",
-                       *SMALL_DIALOGUES, *extra])
-    (tmp / "run").mkdir(parents=True, exist_ok=True)
-    (tmp / "run" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    cfg = load_config(
+        ["preset=gpu1", "usersim=scripted", f"model.path={model}", f"run_dir={tmp / 'run'}", *SMALL_DIALOGUES, *extra]
+    )
+    layout = RunLayout(tmp / "run")
+    layout.path.mkdir(parents=True, exist_ok=True)
+    layout.config.write_text(OmegaConf.to_yaml(cfg))
     return cfg, build_scenario(cfg)
 
 
@@ -102,18 +112,28 @@ def agent_loop_batch(rows: list[dict], *, step: int, n: int = 1):
 
     return DataProto.from_dict(
         tensors={"dummy": torch.zeros(len(plays), 1)},
-        non_tensors={"raw_prompt": column([r["prompt"] for _, r, _ in plays]),
-                     "extra_info": column([r["extra_info"] for _, r, _ in plays]),
-                     "reward_model": column([r["reward_model"] for _, r, _ in plays]),
-                     "data_source": column([r["data_source"] for _, r, _ in plays]),
-                     "agent_name": column([r["agent_name"] for _, r, _ in plays]),
-                     "index": np.array([i for i, _, _ in plays]), "session_id": np.array([k for _, _, k in plays]),
-                     "global_steps": np.full(len(plays), step)})
+        non_tensors={
+            "raw_prompt": column([r["prompt"] for _, r, _ in plays]),
+            "extra_info": column([r["extra_info"] for _, r, _ in plays]),
+            "reward_model": column([r["reward_model"] for _, r, _ in plays]),
+            "data_source": column([r["data_source"] for _, r, _ in plays]),
+            "agent_name": column([r["agent_name"] for _, r, _ in plays]),
+            "index": np.array([i for i, _, _ in plays]),
+            "session_id": np.array([k for _, _, k in plays]),
+            "global_steps": np.full(len(plays), step),
+        },
+    )
 
 
 def episode_reward(ep, ctx) -> float:
-    return compute_reward(ep, ctx.weights, ctx.scenario.space, num_stages=len(ctx.scenario.stages),
-                          max_turns=ctx.runner_cfg.max_turns).total
+    """`sead.reward` itself under the run's weights: what the verl side's scores must equal."""
+    return compute_reward(
+        ep,
+        reward_weights(ctx.cfg),
+        ctx.scenario.space,
+        num_stages=len(ctx.scenario.stages),
+        max_turns=ctx.runner_cfg.max_turns,
+    ).total
 
 
 def assert_matches_embedded_runner(out, batch, *, ctx, tokenizer, step: int, n: int) -> list:
@@ -122,9 +142,7 @@ def assert_matches_embedded_runner(out, batch, *, ctx, tokenizer, step: int, n: 
     extra fields say the same. Returns the embedded episodes, in batch order."""
     import torch
 
-    from sead.verl_backend.episode_io import episode_seed
-
-    path = ctx.run_dir / "rollouts" / f"step_{step:06d}.jsonl"
+    path = ctx.layout.rollouts(step)
     records = {r["meta"]["episode_id"]: r for r in map(json.loads, path.read_text().splitlines())}
     assert len(records) == len(batch)
     n_prompt = len(ctx.first_prompt(tokenizer))
@@ -137,12 +155,20 @@ def assert_matches_embedded_runner(out, batch, *, ctx, tokenizer, step: int, n: 
         profile = Episode.from_dict(rec).profile
         assert profile.to_dict() == json.loads(info["profile"])
         agent = ReferenceAgent(ctx.scenario, tokenizer)
-        embedded = asyncio.run(run_episode(profile, scenario=ctx.scenario, agent=agent, user=ctx.user,
-                                           tokenizer=tokenizer, cfg=ctx.runner_cfg,
-                                           seed=episode_seed(int(ctx.cfg.seed), step, i, int(session), n)))
+        embedded = asyncio.run(
+            run_episode(
+                profile,
+                scenario=ctx.scenario,
+                agent=agent,
+                user=ctx.user,
+                tokenizer=tokenizer,
+                cfg=ctx.runner_cfg,
+                seed=train_episode_seed(int(ctx.cfg.seed), step, i, int(session), n),
+            )
+        )
         seg = embedded.segments[0]
         prompt = out.batch["prompts"][j]
-        assert prompt[prompt.numel() - n_prompt:].tolist() == seg.ids[:n_prompt]
+        assert prompt[prompt.numel() - n_prompt :].tolist() == seg.ids[:n_prompt]
         n_resp = len(seg.ids) - n_prompt
         assert n_resp < width  # nothing cut
         assert out.batch["responses"][j][:n_resp].tolist() == seg.ids[n_prompt:]
@@ -180,26 +206,62 @@ def use_cpu_training_engine() -> None:
         device_name = vendor_name = "cpu"
         device_module = torch.cpu
 
-        def current_device(self): return "cpu"  # an int index would make torch look for an accelerator
-        def communication_backend_name(self): return "gloo"
-        def ray_resource_name(self): return "CPU"
-        def visible_devices_envvar(self): return "SEAD_CPU_VISIBLE_DEVICES"
-        def get_device_capability(self, device_index=0): return None, None
-        def is_available(self): return True
-        def device_count(self): return 1
-        def manual_seed(self, seed): torch.manual_seed(seed)
+        def current_device(self):
+            return "cpu"  # an int index would make torch look for an accelerator
+
+        def communication_backend_name(self):
+            return "gloo"
+
+        def ray_resource_name(self):
+            return "CPU"
+
+        def visible_devices_envvar(self):
+            return "SEAD_CPU_VISIBLE_DEVICES"
+
+        def get_device_capability(self, device_index=0):
+            return None, None
+
+        def is_available(self):
+            return True
+
+        def device_count(self):
+            return 1
+
+        def manual_seed(self, seed):
+            torch.manual_seed(seed)
+
         manual_seed_all = manual_seed
-        def ray_noset_envvars(self): return []
-        def is_ipc_supported(self): return False
-        def cudart(self): return None
+
+        def ray_noset_envvars(self):
+            return []
+
+        def is_ipc_supported(self):
+            return False
+
+        def cudart(self):
+            return None
+
         @contextlib.contextmanager
-        def nvtx_range(self, msg): yield
-        def set_device(self, device_index): pass
-        def synchronize(self, device_index=None): pass
-        def set_allocator_settings(self, settings): pass
-        def empty_cache(self): pass
-        def profiler_start(self): pass
-        def profiler_stop(self): pass
+        def nvtx_range(self, msg):
+            yield
+
+        def set_device(self, device_index):
+            pass
+
+        def synchronize(self, device_index=None):
+            pass
+
+        def set_allocator_settings(self, settings):
+            pass
+
+        def empty_cache(self):
+            pass
+
+        def profiler_start(self):
+            pass
+
+        def profiler_stop(self):
+            pass
 
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead

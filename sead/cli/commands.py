@@ -8,12 +8,17 @@ from pathlib import Path
 from omegaconf import DictConfig
 from rich.table import Table
 
-from sead.cli.main import command, console
+from sead.cli.registry import command, console
 from sead.config import build_controller, build_scenario, project_root
 from sead.errors import SEADInputError
 
 
-@command("scenario", "check", help="validate the selected scenario (prompts, behaviours, profile space) and summarise it")
+@command(
+    "scenario",
+    "check",
+    help="validate the selected scenario (prompts, behaviours, profile space), summarise it",
+    args={"[--json]": "print the summary as JSON"},
+)
 def scenario_check(cfg: DictConfig, args: list[str]) -> int:
     scenario = build_scenario(cfg)
     controller = build_controller(cfg, scenario)
@@ -32,15 +37,22 @@ def scenario_check(cfg: DictConfig, args: list[str]) -> int:
     table.add_row("behaviours", f"{info['behaviours']} in {len(info['categories'])} categories")
     table.add_row("behaviours per profile", "{}-{}".format(*info["behaviours_per_profile"]))
     table.add_row("agent prompt", f"{info['agent_prompt']['file']} ({info['agent_prompt']['words']} words)")
-    table.add_row("user prompt", f"{info['user_prompt']['file']} ({info['user_prompt']['words']} words; "
-                                 f"placeholders {', '.join(info['user_prompt']['placeholders'])})")
+    table.add_row(
+        "user prompt",
+        f"{info['user_prompt']['file']} ({info['user_prompt']['words']} words; "
+        f"placeholders {', '.join(info['user_prompt']['placeholders'])})",
+    )
     marginals = {d: {v: round(p, 3) for v, p in m.items()} for d, m in controller.marginals().items()}
     table.add_row("controller", f"{controller.rule.name}, marginals {marginals}")
     console.print(table)
     return 0
 
 
-@command("profiles", "sample", help="draw profiles.n profiles from the controller and write them to profiles.out")
+@command(
+    "profiles",
+    "sample",
+    help="draw profiles.n profiles from the controller and write them to profiles.out (.jsonl or .parquet)",
+)
 def profiles_sample(cfg: DictConfig, args: list[str]) -> int:
     from sead.scenario import write_profiles
 
@@ -64,20 +76,31 @@ def profiles_sample(cfg: DictConfig, args: list[str]) -> int:
     return 0
 
 
-@command("profiles", "check", help="validate a profile file (JSONL or parquet) against the scenario: sead profiles check FILE")
+@command(
+    "profiles",
+    "check",
+    help="validate a profile file against the selected scenario",
+    args={"FILE": "a profile file, JSONL or parquet"},
+)
 def profiles_check(cfg: DictConfig, args: list[str]) -> int:
-    from sead.scenario import read_profiles
-
     if len(args) != 1:
         raise SEADInputError("give exactly one profile file: sead profiles check FILE")
     scenario = build_scenario(cfg)
-    profiles = read_profiles(args[0], scenario.space, scenario.library)
-    console.print(f"{args[0]}: {len(profiles)} valid profiles for scenario {scenario.name} "
-                  f"(root {project_root()})")
+    profiles = scenario.read_profiles(args[0])
+    console.print(f"{args[0]}: {len(profiles)} valid profiles for scenario {scenario.name} (root {project_root()})")
     return 0
 
 
-@command("audit-mask", help="show trained vs masked tokens of an episode: sead audit-mask RUN_OR_JSONL [--html OUT] [--index N]")
+@command(
+    "audit-mask",
+    help="show which tokens of a recorded episode are trained (agent-sampled) and which are masked",
+    args={
+        "RUN_OR_JSONL": "a run directory (its last step's rollouts) or a rollout JSONL file",
+        "[--index N]": "which episode of the file (default 0)",
+        "[--html OUT]": "write an HTML page to OUT instead of printing to the terminal",
+        "[--tokenizer NAME]": "tokenizer to decode with (default: the one the run recorded, else SmolLM2's)",
+    },
+)
 def audit_mask(cfg: DictConfig, args: list[str]) -> int:
     from transformers import AutoTokenizer
 
@@ -120,24 +143,39 @@ def _options(args: list[str], defaults: dict) -> dict:
     return out
 
 
-@command("train", help="run the four-phase training loop (what scripts/main.sh runs)")
+@command(
+    "train",
+    help="run the four-phase training loop (what scripts/main.sh runs); backend=verl for multi-GPU",
+    checks_config=True,
+)
 def train_cmd(cfg: DictConfig, args: list[str]) -> int:
-    if cfg.backend not in ("embedded", "verl"):
-        raise SEADInputError(f"unknown backend {cfg.backend!r}; choose embedded or verl", field="backend")
-    if cfg.backend == "verl":
-        from sead.verl_backend.outer_loop import train_with_verl
-        from sead.verl_backend.preflight import preflight
+    try:
+        if cfg.backend == "verl":
+            from sead.verl_backend.outer_loop import train_with_verl
+            from sead.verl_backend.preflight import preflight
 
-        preflight(cfg)  # GPUs, config, verl install, user-simulator servers: fail before anything starts
-        run_dir = train_with_verl(cfg)
-    else:
-        from sead.trainer.loop import train
+            preflight(cfg)  # GPUs, config, verl install, user-simulator servers: fail before anything starts
+            run_dir = train_with_verl(cfg)
+        else:
+            from sead.trainer.loop import train
 
-        run_dir = train(cfg)
-    console.print(f"\n[bold green]done.[/] run directory: {run_dir}\n"
-                  f"  metrics:            {run_dir / 'metrics.jsonl'} (TensorBoard: {run_dir / 'tensorboard'})\n"
-                  f"  controller reports: {run_dir / 'controller'}\n"
-                  f"  validation:         {run_dir / 'validation'}\n"
-                  f"  rollouts:           {run_dir / 'rollouts'}  (inspect: sead audit-mask {run_dir})\n"
-                  f"  checkpoints:        {run_dir / 'checkpoints'}")
+            run_dir = train(cfg)
+    except KeyboardInterrupt:
+        import shlex
+
+        # Checkpoints and metrics lines are written whole, and a resume takes the run's own settings.
+        again = shlex.join(["sead", "train", f"run_dir={Path(str(cfg.run_dir)).resolve()}", "resume=true"])
+        console.print(f"interrupted; resume with: {again}", markup=False, highlight=False, soft_wrap=True)
+        return 130
+    from sead.run.layout import RunLayout
+
+    layout = RunLayout(run_dir)
+    console.print(
+        f"\n[bold green]done.[/] run directory: {run_dir}\n"
+        f"  metrics:            {layout.metrics} (TensorBoard: {layout.tensorboard})\n"
+        f"  controller reports: {layout.controller_dir}\n"
+        f"  validation:         {layout.validation_dir}\n"
+        f"  rollouts:           {layout.rollouts_dir}  (inspect: sead audit-mask {run_dir})\n"
+        f"  checkpoints:        {layout.checkpoints_dir}"
+    )
     return 0

@@ -9,20 +9,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 from rich.table import Table
 
-from sead.cli.main import command, console
-from sead.config import build_scenario, build_usersim, runner_config, to_schema
+from sead.cli.registry import command, console
+from sead.config import build_scenario, build_usersim, group_config, runner_config
 from sead.errors import SEADInputError
-
-
-def _eval_config(cfg: DictConfig):
-    from sead.eval.settings import EvalConfig
-
-    ec = to_schema(EvalConfig, cfg.get("eval"), "eval")
-    if ec.trials < 1:
-        raise SEADInputError(f"must be >= 1, got {ec.trials}", field="eval.trials")
-    if ec.limit is not None and ec.limit < 1:
-        raise SEADInputError(f"must be >= 1 or null, got {ec.limit}", field="eval.limit")
-    return ec
 
 
 def _testset(ec, scenario, *, make: bool):
@@ -39,15 +28,25 @@ def _testset(ec, scenario, *, make: bool):
     return make_testset(scenario, ec.testset_size, ec.testset_seed, path)
 
 
-@command("testset", "make", help="write the seeded test set (eval.testset_size profiles, eval.testset_seed) with its hash")
+@command(
+    "testset",
+    "make",
+    help="write the test set (eval.testset_size profiles drawn with eval.testset_seed, to "
+    "eval.testset or eval.testset_dir) and print its content hash",
+)
 def testset_make(cfg: DictConfig, args: list[str]) -> int:
-    ec = _eval_config(cfg)
+    ec = group_config(cfg, "eval")
     ts = _testset(ec, build_scenario(cfg), make=True)
     console.print(f"wrote {len(ts)} profiles to {ts.path} (content hash {ts.hash}, seed {ec.testset_seed})")
     return 0
 
 
-@command("eval", help="evaluate models: sead eval RUN_DIR|CHECKPOINT|HF_PATH|openai:MODEL@URL|scripted:NAME ...")
+@command(
+    "eval",
+    help="evaluate models on the test set; several models are also compared side by side",
+    args={"MODEL [MODEL ...]": "RUN_DIR | CHECKPOINT | HF_PATH | openai:MODEL@URL | scripted:NAME"},
+    checks_config=True,
+)
 def eval_cmd(cfg: DictConfig, args: list[str]) -> int:
     from sead.eval.agents import build_agent
     from sead.eval.compare import write_comparison
@@ -55,28 +54,46 @@ def eval_cmd(cfg: DictConfig, args: list[str]) -> int:
     from sead.eval.report import write_eval_report
     from sead.eval.results import build_results
     from sead.eval.run import evaluate
+    from sead.metrics import HackMonitor
 
     if not args:
         raise SEADInputError("name at least one model: sead eval MODEL [MODEL ...] [key=value ...]")
-    ec = _eval_config(cfg)
+    ec = group_config(cfg, "eval")
     specs = [parse_model_spec(a) for a in args]  # every spec checked before the first dialogue
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
-        raise SEADInputError(f"two models would share a results folder ({names}); evaluate them separately "
-                             "with different eval.out_dir")
+        raise SEADInputError(
+            f"two models would share a results folder ({names}); evaluate them separately with different eval.out_dir"
+        )
     scenario = build_scenario(cfg)
     testset = _testset(ec, scenario, make=False)
     runner = runner_config(cfg)
     asyncio.run(build_usersim(cfg, scenario).check_health())
     compared = []
     for spec in specs:
-        agent = build_agent(spec, scenario, sampling=ec.sampling, max_new_tokens=ec.max_new_tokens,
-                            max_batch=ec.max_batch, device=ec.device, tokenizer_path=ec.tokenizer,
-                            api_key_env=ec.api_key_env, backend=ec.backend)
+        agent = build_agent(
+            spec,
+            scenario,
+            sampling=ec.sampling,
+            max_new_tokens=ec.max_new_tokens,
+            max_batch=ec.max_batch,
+            device=ec.device,
+            tokenizer_path=ec.tokenizer,
+            api_key_env=ec.api_key_env,
+            backend=ec.backend,
+        )
         # A simulator per model: its HTTP sessions belong to the event loop of that model's evaluation.
         out, episodes, info = evaluate(ec, spec, agent, build_usersim(cfg, scenario), testset, scenario, runner)
-        results = build_results(episodes, scenario.space, info, seed=ec.seed, trials=ec.trials, prices=ec.prices,
-                                agent_params=agent.params)
+        results = build_results(
+            episodes,
+            scenario.space,
+            info,
+            seed=ec.seed,
+            trials=ec.trials,
+            prices=ec.prices,
+            agent_params=agent.params,
+            monitor=HackMonitor.for_scenario(scenario),
+        )
         (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
         report = write_eval_report(out, spec.name, results, episodes, scenario.space)
         compared.append((spec.name, results))
@@ -91,8 +108,10 @@ def eval_cmd(cfg: DictConfig, args: list[str]) -> int:
 def _print_summary(name: str, results: dict, out: Path, report: Path) -> None:
     from sead.eval.report import summary_rows
 
-    table = Table(title=f"{name}: {results['counts']['evaluated']} dialogues "
-                        f"({results['counts']['sim_error']} simulator errors excluded)")
+    table = Table(
+        title=f"{name}: {results['counts']['evaluated']} dialogues "
+        f"({results['counts']['sim_error']} simulator errors excluded)"
+    )
     for h in ("metric", "mean", "std", "95% CI", "n"):
         table.add_column(h)
     for row in summary_rows(results):
@@ -101,7 +120,11 @@ def _print_summary(name: str, results: dict, out: Path, report: Path) -> None:
     console.print(f"results: {out / 'results.json'}\nreport:  {report}\ndialogues: {out / 'dialogues.jsonl'}")
 
 
-@command("report", help="draw a training run's curves into RUN_DIR/report.html: sead report RUN_DIR")
+@command(
+    "report",
+    help="draw a training run's curves and last validation dialogues into RUN_DIR/report.html",
+    args={"RUN_DIR": "the run directory of `sead train`"},
+)
 def report_cmd(cfg: DictConfig, args: list[str]) -> int:
     from sead.eval.training_report import write_training_report
 

@@ -1,63 +1,77 @@
 """`sead <command> [args] [key=value ...]`: every key=value is a Hydra override of configs/sead.yaml.
 
-Subcommands are small functions registered in COMMANDS; each receives the composed config and the
-positional arguments that were not overrides.
+Subcommands are small functions registered in `sead.cli.registry.COMMANDS`; each receives the composed config and
+the arguments that were not overrides. `sead <command> --help` shows a command's usage and does nothing else.
 """
 
 from __future__ import annotations
 
+import re
 import sys
-from typing import Callable
+from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 
+from sead.cli import commands, eval_commands  # noqa: F401  (importing them registers the subcommands)
+from sead.cli.registry import COMMANDS, HELP_FLAGS, Command, console
+from sead.config import check_config, load_config
 from sead.errors import SEADInputError
 
-console = Console()
-COMMANDS: dict[tuple[str, ...], tuple[Callable, str]] = {}
+# What Hydra takes as a key: a dotted name, after an optional +, ++ or ~. No `/`, so a path is never a key.
+_OVERRIDE_KEY = re.compile(r"[+~]{0,2}[A-Za-z_][\w.]*")
 
 
-def command(*words: str, help: str):
-    """Register a subcommand of one word (`sead audit-mask`) or two (`sead profiles sample`)."""
-    def deco(fn):
-        COMMANDS[words] = (fn, help)
-        return fn
-    return deco
+def is_override(arg: str) -> bool:
+    """key=value with a config key before the first `=`, unless it names an existing file or folder."""
+    key, eq, _ = arg.partition("=")
+    return bool(eq) and _OVERRIDE_KEY.fullmatch(key) is not None and not Path(arg).exists()
 
 
-def usage() -> str:
-    lines = ["usage: sead <command> [args] [key=value ...]   (key=value: Hydra overrides of configs/sead.yaml)", ""]
-    lines += [f"  sead {' '.join(w):<18} {h}" for w, (_, h) in sorted(COMMANDS.items())]
-    return "\n".join(lines)
+def usage(group: tuple[str, ...] = ()) -> str:
+    """The commands (of one group, e.g. `profiles`) with what each does."""
+    shown = sorted(w for w in COMMANDS if w[: len(group)] == group)
+    lines = [
+        "usage: sead <command> [args] [key=value ...]   (key=value: Hydra overrides of configs/sead.yaml)",
+        "       sead <command> --help                  (what a command takes)",
+        "",
+    ]
+    return "\n".join(lines + [f"  {COMMANDS[w].name:<23} {COMMANDS[w].summary}" for w in shown])
 
 
-def find_command(argv: list[str]) -> tuple[tuple[str, ...] | None, list[str]]:
+def find_command(argv: list[str]) -> tuple[Command | None, list[str]]:
     for n in (2, 1):
         if tuple(argv[:n]) in COMMANDS:
-            return tuple(argv[:n]), argv[n:]
+            return COMMANDS[tuple(argv[:n])], argv[n:]
     return None, argv
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sead.cli import commands, eval_commands  # noqa: F401  (registers the subcommands)
-    from sead.config import load_config
-
     argv = list(sys.argv[1:] if argv is None else argv)
-    words, rest = find_command(argv)
-    if words is None:
-        wants_help = argv[:1] in (["-h"], ["--help"])
-        print(usage(), file=sys.stdout if wants_help else sys.stderr)
-        return 0 if wants_help else 2
-    fn, _ = COMMANDS[words]
-    overrides = [a for a in rest if "=" in a and not a.startswith("-")]
+    cmd, rest = find_command(argv)
+    if cmd is None:
+        # `sead`, `sead --help`, `sead profiles --help` list commands; anything else is not one
+        group = tuple(argv[:1]) if argv and any(w[0] == argv[0] for w in COMMANDS) else ()
+        asked = len(argv) > len(group) and argv[len(group)] in HELP_FLAGS
+        if argv and not asked:
+            print(f"error: sead {' '.join(argv)} is not a command", file=sys.stderr)
+        print(usage(group), file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
+    if any(a in HELP_FLAGS for a in rest):
+        print(cmd.help())
+        return 0
+    overrides = [a for a in rest if is_override(a)]
     positional = [a for a in rest if a not in overrides]
     try:
-        return fn(load_config(overrides), positional) or 0
+        if positional and not cmd.args:
+            raise SEADInputError(f"{cmd.name} takes no arguments, got {' '.join(positional)} (see {cmd.name} --help)")
+        cfg = load_config(overrides)
+        if cmd.checks_config:
+            check_config(cfg)
+        return cmd.run(cfg, positional) or 0
     except SEADInputError as e:
         console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return 2
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m sead.cli.main`, as `python -m sead` and the `sead` console script
     sys.exit(main())

@@ -5,5 +5,11 @@ from sead.controller.curriculum import CURRICULA, CurriculumRule, make_curriculu
 from sead.controller.report import write_controller_report
 from sead.controller.stats import CompletionStats
 
-__all__ = ["CURRICULA", "CompletionStats", "CurriculumRule", "ProfileController", "make_curriculum",
-           "write_controller_report"]
+__all__ = [
+    "CURRICULA",
+    "CompletionStats",
+    "CurriculumRule",
+    "ProfileController",
+    "make_curriculum",
+    "write_controller_report",
+]

@@ -82,22 +82,40 @@ class ProfileController:
             n, cr = w.state_rate(state)
             per_state[state_label(state)] = {"n": n, "cr": cr, "old_weight": p_old, "new_weight": p_new}
         return {
-            "update": self.updates, "step": self.steps, "rule": self.rule.name, "reason": reason,
-            "dims": list(self.dims), "dialogues": w.total, "sim_errors": w.sim_errors,
-            "completion_rate": w.completion_rate(), "target": self.rule.target,
-            "cr_per_value": per_value, "per_state": per_state,
-            "old_marginals": _str_keys(self.marginals(old)), "new_marginals": _str_keys(self.marginals(new)),
+            "update": self.updates,
+            "step": self.steps,
+            "rule": self.rule.name,
+            "reason": reason,
+            "dims": list(self.dims),
+            "dialogues": w.total,
+            "sim_errors": w.sim_errors,
+            "completion_rate": w.completion_rate(),
+            "target": self.rule.target,
+            "cr_per_value": per_value,
+            "per_state": per_state,
+            "old_marginals": _str_keys(self.marginals(old)),
+            "new_marginals": _str_keys(self.marginals(new)),
         }
 
     def state_dict(self) -> dict:
-        return {"rule": self.rule.name, "states": [state_label(s) for s in self.states], "probs": list(self.probs),
-                "window": self.window.to_dict(), "steps": self.steps, "updates": self.updates, "drawn": self.drawn,
-                "rng": self.rng.bit_generator.state}
+        return {
+            "rule": self.rule.name,
+            "states": [state_label(s) for s in self.states],
+            "probs": list(self.probs),
+            "window": self.window.to_dict(),
+            "steps": self.steps,
+            "updates": self.updates,
+            "drawn": self.drawn,
+            "rng": self.rng.bit_generator.state,
+        }
 
     def load_state_dict(self, d: dict) -> None:
         if d.get("rule") != self.rule.name or d.get("states") != [state_label(s) for s in self.states]:
-            raise SEADInputError(f"saved controller (rule {d.get('rule')!r}) does not match this config "
-                                 f"(rule {self.rule.name!r} over {len(self.states)} states)", field="controller")
+            raise SEADInputError(
+                f"saved controller (rule {d.get('rule')!r}) does not match this config "
+                f"(rule {self.rule.name!r} over {len(self.states)} states)",
+                field="controller",
+            )
         self.probs = [float(p) for p in d["probs"]]
         self.window = CompletionStats.from_dict(d["window"])
         self.steps, self.updates, self.drawn = int(d["steps"]), int(d["updates"]), int(d["drawn"])

@@ -7,13 +7,13 @@ one-line reason. The distribution is always over `ProfileSpace.states()` in that
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Mapping
+from collections.abc import Mapping
 
 from sead.controller.stats import CompletionStats
 from sead.errors import SEADInputError
 from sead.scenario.profile_space import ProfileSpace, joint_from_marginals
 
-CURRICULA: dict[str, type["CurriculumRule"]] = {}
+CURRICULA: dict[str, type[CurriculumRule]] = {}
 
 
 def register(name: str):
@@ -21,14 +21,23 @@ def register(name: str):
         cls.name = name
         CURRICULA[name] = cls
         return cls
+
     return deco
 
 
 class CurriculumRule(ABC):
     name: str
 
-    def __init__(self, space: ProfileSpace, marginals: Mapping[str, Mapping[int, float]], *, target: float = 0.5,
-                 band: float = 0.1, eps: float = 0.05, min_count: int = 1):
+    def __init__(
+        self,
+        space: ProfileSpace,
+        marginals: Mapping[str, Mapping[int, float]],
+        *,
+        target: float = 0.5,
+        band: float = 0.1,
+        eps: float = 0.05,
+        min_count: int = 1,
+    ):
         if not 0.0 <= target <= 1.0:
             raise SEADInputError(f"target {target} must lie in [0, 1]", field="controller.target")
         if band < 0 or eps <= 0 or min_count < 1:
@@ -84,8 +93,10 @@ class SeadMarginalCurriculum(CurriculumRule):
                 weights[v] = rule(s / n if n else 0.5, n if n else 1)
             total = sum(weights.values())
             marginals.append({v: w / total for v, w in weights.items()})
-        return (joint_from_marginals(self.states, marginals),
-                f"CR {cr:.3f} vs target {self.target:.2f} +- {self.band:.2f}: {branch}")
+        return (
+            joint_from_marginals(self.states, marginals),
+            f"CR {cr:.3f} vs target {self.target:.2f} +- {self.band:.2f}: {branch}",
+        )
 
 
 @register("sead_joint")
@@ -105,12 +116,15 @@ class SeadJointCurriculum(CurriculumRule):
                 seen += 1
             weights.append(max(self.eps, 1.0 - abs(cr - self.target)))
         total = sum(weights)
-        return ([w / total for w in weights],
-                f"{seen}/{len(self.states)} states with >= {self.min_count} dialogues; others at target {self.target:.2f}")
+        return (
+            [w / total for w in weights],
+            f"{seen}/{len(self.states)} states with >= {self.min_count} dialogues; others at target {self.target:.2f}",
+        )
 
 
 def make_curriculum(name: str, space: ProfileSpace, marginals, **params) -> CurriculumRule:
     if name not in CURRICULA:
-        raise SEADInputError(f"unknown curriculum {name!r}; choose one of {', '.join(sorted(CURRICULA))}",
-                             field="controller.rule")
+        raise SEADInputError(
+            f"unknown curriculum {name!r}; choose one of {', '.join(sorted(CURRICULA))}", field="controller.rule"
+        )
     return CURRICULA[name](space, marginals, **params)

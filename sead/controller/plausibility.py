@@ -26,20 +26,23 @@ class PlausibilityConfig:
     model: str = "Qwen/Qwen2.5-14B-Instruct"
     api_key: str = "EMPTY"
     timeout: float = 60.0
-    candidates: int = 30     # library entries offered as replacements per profile
+    candidates: int = 30  # library entries offered as replacements per profile
     concurrency: int = 8
 
 
 def build_prompt(profile: Profile, scenario: Scenario, candidates: list[str]) -> str:
-    dims = ", ".join(f"{k}={v} (scale {scenario.space[k].low}-{scenario.space[k].high})"
-                     for k, v in profile.values.items())
+    dims = ", ".join(
+        f"{k}={v} (scale {scenario.space[k].low}-{scenario.space[k].high})" for k, v in profile.values.items()
+    )
     current = "\n".join(f"- {b}" for b in profile.behaviours)
     pool = "\n".join(f"- {c}" for c in candidates)
-    return (f"A simulated customer in the scenario '{scenario.name}' has this state: {dims}.\n"
-            f"Their planned behaviours:\n{current}\n\n"
-            "Keep each behaviour that a person in this state could plausibly show. Replace one that clearly does "
-            "not fit with an entry copied EXACTLY from this list (no edits, no new text):\n"
-            f"{pool}\n\nAnswer with JSON only: {{\"behaviours\": [one string per planned behaviour, in order]}}")
+    return (
+        f"A simulated customer in the scenario '{scenario.name}' has this state: {dims}.\n"
+        f"Their planned behaviours:\n{current}\n\n"
+        "Keep each behaviour that a person in this state could plausibly show. Replace one that clearly does "
+        "not fit with an entry copied EXACTLY from this list (no edits, no new text):\n"
+        f'{pool}\n\nAnswer with JSON only: {{"behaviours": [one string per planned behaviour, in order]}}'
+    )
 
 
 def apply_answer(profile: Profile, answer: str, library) -> tuple[Profile, int]:
@@ -59,8 +62,9 @@ def apply_answer(profile: Profile, answer: str, library) -> tuple[Profile, int]:
     return Profile(profile.state, tuple(out)), swaps
 
 
-async def plausibility_pass(profiles: list[Profile], scenario: Scenario, cfg: PlausibilityConfig, *,
-                            seed: int = 0) -> tuple[list[Profile], dict]:
+async def plausibility_pass(
+    profiles: list[Profile], scenario: Scenario, cfg: PlausibilityConfig, *, seed: int = 0
+) -> tuple[list[Profile], dict]:
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=cfg.base_url, api_key=cfg.api_key, timeout=cfg.timeout, max_retries=1)
@@ -74,8 +78,11 @@ async def plausibility_pass(profiles: list[Profile], scenario: Scenario, cfg: Pl
         async with gate:
             try:
                 resp = await client.chat.completions.create(
-                    model=cfg.model, temperature=0.0, max_tokens=400,
-                    messages=[{"role": "user", "content": build_prompt(profile, scenario, candidates)}])
+                    model=cfg.model,
+                    temperature=0.0,
+                    max_tokens=400,
+                    messages=[{"role": "user", "content": build_prompt(profile, scenario, candidates)}],
+                )
                 answer = resp.choices[0].message.content
             except Exception:  # the pass is advisory: a failed call keeps the sampled profile
                 stats["failed"] += 1

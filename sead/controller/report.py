@@ -26,10 +26,15 @@ def write_controller_report(report: dict, space: ProfileSpace, out_dir: str | Pa
     top = max((s["new_weight"] for s in per_state.values()), default=1.0) or 1.0
     cr = report["completion_rate"]
     png = draw_state_heatmaps(
-        out_dir / f"{stem}.png", report["dims"], [d.allowed for d in space.sampled],
-        [("completion rate", lookup("cr"), (0.0, 1.0)), ("old weight", lookup("old_weight"), (0.0, top)),
-         ("new weight", lookup("new_weight"), (0.0, top))],
+        out_dir / f"{stem}.png",
+        report["dims"],
+        [d.allowed for d in space.sampled],
+        [
+            ("completion rate", lookup("cr"), (0.0, 1.0)),
+            ("old weight", lookup("old_weight"), (0.0, top)),
+            ("new weight", lookup("new_weight"), (0.0, top)),
+        ],
         title=f"update {report['update']} ({report['rule']}): CR "
-              f"{'n/a' if cr is None else f'{cr:.2f}'} over {report['dialogues']} dialogues",
+        f"{'n/a' if cr is None else f'{cr:.2f}'} over {report['dialogues']} dialogues",
     )
     return json_path, png

@@ -46,10 +46,13 @@ class CompletionStats:
         return {v: (n, s) for v, (n, s) in sorted(out.items())}
 
     def to_dict(self) -> dict:
-        return {"dims": list(self.dims), "sim_errors": self.sim_errors,
-                "counts": {state_label(k): v for k, v in sorted(self.counts.items())}}
+        return {
+            "dims": list(self.dims),
+            "sim_errors": self.sim_errors,
+            "counts": {state_label(k): v for k, v in sorted(self.counts.items())},
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CompletionStats":
+    def from_dict(cls, d: dict) -> CompletionStats:
         counts = {tuple(int(x) for x in k.split(",")): [int(n), int(s)] for k, (n, s) in d["counts"].items()}
         return cls(tuple(d["dims"]), counts, int(d.get("sim_errors", 0)))

@@ -7,6 +7,21 @@ from sead.dialogue.episode import END_REASONS, Episode, Turn
 from sead.dialogue.rollout_log import RolloutLog, read_rollouts
 from sead.dialogue.runner import RunnerConfig, run_episode
 
-__all__ = ["END_REASONS", "AgentOutput", "AgentPolicy", "AgentRequest", "ChatTokens", "Episode", "EpisodeJob",
-           "RolloutLog", "RunnerConfig", "TemplateError", "TextAgent", "TokenSegment", "Turn", "read_rollouts",
-           "run_batch", "run_episode"]
+__all__ = [
+    "END_REASONS",
+    "AgentOutput",
+    "AgentPolicy",
+    "AgentRequest",
+    "ChatTokens",
+    "Episode",
+    "EpisodeJob",
+    "RolloutLog",
+    "RunnerConfig",
+    "TemplateError",
+    "TextAgent",
+    "TokenSegment",
+    "Turn",
+    "read_rollouts",
+    "run_batch",
+    "run_episode",
+]

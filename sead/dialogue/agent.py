@@ -14,15 +14,15 @@ from dataclasses import dataclass
 
 @dataclass
 class AgentRequest:
-    prompt_ids: list[int]       # the whole context the agent conditions on (chat template applied)
-    messages: list[dict]        # the same context as chat messages
+    prompt_ids: list[int]  # the whole context the agent conditions on (chat template applied)
+    messages: list[dict]  # the same context as chat messages
     max_new_tokens: int
-    seed: int                   # differs per episode and turn, for reproducible sampling
+    seed: int  # differs per episode and turn, for reproducible sampling
 
 
 @dataclass
 class AgentOutput:
-    token_ids: list[int]        # sampled ids; ends with the end-of-turn id when the agent stopped by itself
+    token_ids: list[int]  # sampled ids; ends with the end-of-turn id when the agent stopped by itself
     logprobs: list[float] | None = None
 
 
@@ -30,8 +30,7 @@ class AgentPolicy(ABC):
     name: str = "agent"
 
     @abstractmethod
-    async def generate(self, request: AgentRequest) -> AgentOutput:
-        ...
+    async def generate(self, request: AgentRequest) -> AgentOutput: ...
 
     def identity(self) -> dict:
         return {"name": self.name}
@@ -44,8 +43,7 @@ class TextAgent(AgentPolicy):
         self.tokenizer = tokenizer
 
     @abstractmethod
-    async def reply(self, messages: list[dict], seed: int) -> str:
-        ...
+    async def reply(self, messages: list[dict], seed: int) -> str: ...
 
     async def generate(self, request: AgentRequest) -> AgentOutput:
         text = await self.reply(request.messages, request.seed)
@@ -77,7 +75,7 @@ class BatchingPolicy(AgentPolicy):
         while self._pending:
             for _ in range(3):  # let every episode that is ready submit its request before batching
                 await asyncio.sleep(0)
-            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
             try:
                 outs = await asyncio.to_thread(self.sample, [r for r, _ in batch])
             except Exception as e:

@@ -51,7 +51,7 @@ class ChatTokens:
         return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
 
     def _segment_messages(self) -> list[dict]:
-        return [self.messages[0], *self.messages[self._segment_start:]]
+        return [self.messages[0], *self.messages[self._segment_start :]]
 
     def _new_segment(self, messages: list[dict]) -> None:
         self.text = self._render(messages, True)
@@ -77,14 +77,16 @@ class ChatTokens:
         rendered = self._render(self._segment_messages(), False)
         head = self.text + content
         if not rendered.startswith(head):
-            raise TemplateError("the chat template does not render the assistant turn as an append to the "
-                                "prompt (it rewrites earlier text); this model cannot be trained turn by turn")
-        closing = rendered[len(head):]
+            raise TemplateError(
+                "the chat template does not render the assistant turn as an append to the "
+                "prompt (it rewrites earlier text); this model cannot be trained turn by turn"
+            )
+        closing = rendered[len(head) :]
         eos_text = self.tok.decode([eos], skip_special_tokens=False)
         if stopped:
             if not closing.startswith(eos_text):
                 raise TemplateError(f"the template does not close assistant turns with {eos_text!r}")
-            closing = closing[len(eos_text):]
+            closing = closing[len(eos_text) :]
         closing_ids = self._encode(closing)
         seg.extend(closing_ids, trained=False)
         self.appended += len(sampled) + len(closing_ids)
@@ -96,7 +98,7 @@ class ChatTokens:
         rendered = self._render(self._segment_messages(), True)
         if not rendered.startswith(self.text):
             raise TemplateError("the chat template rewrites earlier turns when a user turn is added")
-        delta = self._encode(rendered[len(self.text):])
+        delta = self._encode(rendered[len(self.text) :])
         self.segments[-1].extend(delta, trained=False)
         self.appended += len(delta)
         self.text = rendered
@@ -115,7 +117,6 @@ class ChatTokens:
                 self._new_segment(kept)
                 return True
         raise ContextOverflow(f"even the system prompt and the last turn exceed the context cap of {cap} tokens")
-
 
 
 class ContextOverflow(RuntimeError):

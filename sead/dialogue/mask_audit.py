@@ -8,15 +8,19 @@ from pathlib import Path
 from rich.text import Text
 
 from sead.dialogue.rollout_log import read_rollouts
+from sead.run.layout import RunLayout
 
 
 def find_rollout_file(path: str | Path) -> Path:
     """A rollout JSONL file, or the last step's rollout log of a run directory."""
     path = Path(path)
     if path.is_dir():
-        logs = sorted((path / "rollouts").glob("step_*.jsonl"))
+        layout = RunLayout(path)
+        logs = layout.rollout_files()
         if not logs:
-            raise FileNotFoundError(f"{path}: no rollouts/step_*.jsonl here; is this a run directory?")
+            raise FileNotFoundError(
+                f"{path}: no training rollouts in {layout.rollouts_dir.name}/; is this a run directory?"
+            )
         return logs[-1]
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file or directory")
@@ -65,10 +69,11 @@ def render_html(record: dict, tokenizer) -> str:
             parts.append(f'<span class="{cls}">{html.escape(tokenizer.decode(ids, skip_special_tokens=False))}</span>')
         parts.append("</pre>")
     outcome = html.escape(f"{record.get('end_reason')} (success={record.get('success')})")
-    return ("<!doctype html><meta charset='utf-8'><title>SEAD mask audit</title><style>"
-            "body{font-family:sans-serif;margin:2em} pre{white-space:pre-wrap;font-size:13px}"
-            ".trained{background:#b6f2b6} .masked{color:#777}</style>"
-            f"<h2>Mask audit: episode {html.escape(str(record.get('meta', {}).get('episode_id', '')))}, {outcome}</h2>"
-            "<p><span class='trained'>green: trained (sampled by the agent)</span> · "
-            "<span class='masked'>grey: context only (prompt, user turns, template glue)</span></p>"
-            + "".join(parts))
+    return (
+        "<!doctype html><meta charset='utf-8'><title>SEAD mask audit</title><style>"
+        "body{font-family:sans-serif;margin:2em} pre{white-space:pre-wrap;font-size:13px}"
+        ".trained{background:#b6f2b6} .masked{color:#777}</style>"
+        f"<h2>Mask audit: episode {html.escape(str(record.get('meta', {}).get('episode_id', '')))}, {outcome}</h2>"
+        "<p><span class='trained'>green: trained (sampled by the agent)</span> · "
+        "<span class='masked'>grey: context only (prompt, user turns, template glue)</span></p>" + "".join(parts)
+    )

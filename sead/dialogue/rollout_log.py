@@ -4,8 +4,8 @@ dialogue ends, so a crash or a dead simulator never loses a rollout that had alr
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from sead.dialogue.episode import Episode
 

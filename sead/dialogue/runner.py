@@ -2,7 +2,8 @@
 
 The same code runs in embedded training, verl training and evaluation; backends differ only in the
 AgentPolicy they pass. The agent speaks first. A dialogue ends on user status 1 (success) or -1 (hang-up),
-agent status 1, the turn limit, or the token budget. A simulator that keeps failing ends it as `sim_error`.
+agent status 1, the turn limit, the token budget, or a context that no longer fits its cap. A simulator that keeps
+failing ends it as `sim_error`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import random
 import time
 from dataclasses import dataclass
 
+from sead.config import number, one_of
 from sead.dialogue.agent import AgentPolicy, AgentRequest
-from sead.dialogue.chat_tokens import ChatTokens
-from sead.dialogue.episode import Episode, Turn
+from sead.dialogue.chat_tokens import ChatTokens, ContextOverflow
+from sead.dialogue.episode import USER_REPORTS, Episode, Turn
 from sead.dialogue.response_cache import ResponseCache
+from sead.dialogue.seeds import turn_seed
+from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
 from sead.scenario.tags import UserTurn
@@ -27,28 +31,22 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunnerConfig:
-    max_turns: int = 15
-    max_new_tokens: int = 500           # per agent turn
-    max_total_tokens: int = 32768       # per episode, everything after the first prompt
-    max_context_tokens: int = 8192      # rolling cap on what the agent conditions on
-    sop_role: str = "system"            # role of the SOP prompt message (use "user" for templates without system)
-    agent_sees: str = "reply"           # reply | think_and_reply: what of a user turn the agent is shown
-    on_malformed: str = "feedback"      # feedback: tell the agent and go on (the original) | end: end the dialogue
-    format_error_message: str = ("[format error] Your last message had no <response>...</response> block. "
-                                 "Answer again in the required tag format.")
-    user_timeout: float = 120.0         # seconds per simulator call
-    user_retries: int = 3               # extra attempts after a failed call
-    backoff_base: float = 0.5           # seconds; doubles per attempt
-    backoff_max: float = 8.0
-    concurrency: int = 64               # episodes in flight at once (batch runner)
-
-    def __post_init__(self):
-        if self.on_malformed not in ("feedback", "end"):
-            raise ValueError(f"runner.on_malformed must be 'feedback' or 'end', got {self.on_malformed!r}")
-        if self.agent_sees not in ("reply", "think_and_reply"):
-            raise ValueError(f"runner.agent_sees must be 'reply' or 'think_and_reply', got {self.agent_sees!r}")
-        if self.max_turns < 1 or self.max_new_tokens < 1:
-            raise ValueError("runner.max_turns and runner.max_new_tokens must be >= 1")
+    max_turns: int = number(15, ge=1)
+    max_new_tokens: int = number(500, ge=1)  # per agent turn
+    max_total_tokens: int = number(32768, ge=1)  # per episode, everything after the first prompt
+    max_context_tokens: int = number(8192, ge=1)  # rolling cap on what the agent conditions on
+    sop_role: str = one_of("system", "user")  # role of the SOP prompt message ("user": templates without system)
+    agent_sees: str = one_of("reply", "think_and_reply")  # what of a user turn the agent is shown
+    on_malformed: str = one_of("feedback", "end")  # feedback: tell the agent and go on (the original) | end it
+    format_error_message: str = (
+        "[format error] Your last message had no <response>...</response> block. "
+        "Answer again in the required tag format."
+    )
+    user_timeout: float = number(120.0, gt=0)  # seconds per simulator call
+    user_retries: int = number(3, ge=0)  # extra attempts after a failed call
+    backoff_base: float = number(0.5, ge=0)  # seconds; doubles per attempt
+    backoff_max: float = number(8.0, ge=0)
+    concurrency: int = number(64, ge=1)  # episodes in flight at once (batch runner)
 
 
 class UnusableReply(SimulatorError):
@@ -62,16 +60,23 @@ def user_message_for_agent(turn: UserTurn, agent_sees: str) -> str:
     return reply
 
 
-async def ask_user(user: UserSimulator, scenario: Scenario, profile: Profile, history: list[Exchange],
-                   agent_response: str, *, seed: int, cfg: RunnerConfig) -> tuple[UserReply, UserTurn, int]:
+async def ask_user(
+    user: UserSimulator,
+    scenario: Scenario,
+    profile: Profile,
+    history: list[Exchange],
+    agent_response: str,
+    *,
+    seed: int,
+    cfg: RunnerConfig,
+) -> tuple[UserReply, UserTurn, int]:
     """Call the simulator with timeout and exponential backoff; return the reply, its parse, and retries used."""
     last: Exception | None = None
     for attempt in range(cfg.user_retries + 1):
         if attempt:
             await asyncio.sleep(min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1)))
         try:
-            reply = await asyncio.wait_for(user.respond(profile, history, agent_response, seed=seed),
-                                           cfg.user_timeout)
+            reply = await asyncio.wait_for(user.respond(profile, history, agent_response, seed=seed), cfg.user_timeout)
             turn = scenario.tags.parse_user(reply.text)
             if not turn.reply:
                 raise UnusableReply(f"no <user_reply> in simulator output {reply.text[:80]!r}")
@@ -84,9 +89,18 @@ async def ask_user(user: UserSimulator, scenario: Scenario, profile: Profile, hi
     raise SimulatorError(f"gave up after {cfg.user_retries + 1} attempts: {last}")
 
 
-async def run_episode(profile: Profile, *, scenario: Scenario, agent: AgentPolicy, user: UserSimulator,
-                      tokenizer, cfg: RunnerConfig, seed: int, episode_id: str = "",
-                      cache: ResponseCache | None = None) -> Episode:
+async def run_episode(
+    profile: Profile,
+    *,
+    scenario: Scenario,
+    agent: AgentPolicy,
+    user: UserSimulator,
+    tokenizer,
+    cfg: RunnerConfig,
+    seed: int,
+    episode_id: str = "",
+    cache: ResponseCache | None = None,
+) -> Episode:
     t_start = time.perf_counter()
     timing = {"agent_s": 0.0, "user_s": 0.0}
     tokens = {"agent_prompt": 0, "agent_completion": 0, "user_prompt": 0, "user_completion": 0}
@@ -94,14 +108,32 @@ async def run_episode(profile: Profile, *, scenario: Scenario, agent: AgentPolic
     turns: list[Turn] = []
     history: list[Exchange] = []
     cache_rng, last_was_hit = random.Random(seed), False
-    meta: dict = {"episode_id": episode_id, "seed": seed, "user_retries": 0, "cache_hits": 0,
-                  "tokenizer": getattr(tokenizer, "name_or_path", None) or None}
+    meta: dict = {
+        "episode_id": episode_id,
+        "seed": seed,
+        "user_retries": 0,
+        "cache_hits": 0,
+        "tokenizer": getattr(tokenizer, "name_or_path", None) or None,
+        USER_REPORTS: [],
+    }
     end = "turn_limit"
     for turn_index in range(cfg.max_turns):
-        chat.fit(cfg.max_new_tokens, cfg.max_context_tokens)
+        try:
+            chat.fit(cfg.max_new_tokens, cfg.max_context_tokens)
+        except ContextOverflow as e:
+            if not turns:  # the SOP prompt alone leaves no room: every dialogue would end here
+                raise SEADInputError(
+                    f"{e}: the SOP prompt and one agent turn of dialogue.max_new_tokens={cfg.max_new_tokens} must fit",
+                    field="dialogue.max_context_tokens",
+                ) from None
+            end = "context_overflow"
+            break
         t0 = time.perf_counter()
-        out = await agent.generate(AgentRequest(list(chat.prompt_ids), [dict(m) for m in chat.messages],
-                                                cfg.max_new_tokens, seed * 1000 + turn_index))
+        out = await agent.generate(
+            AgentRequest(
+                list(chat.prompt_ids), [dict(m) for m in chat.messages], cfg.max_new_tokens, turn_seed(seed, turn_index)
+            )
+        )
         timing["agent_s"] += time.perf_counter() - t0
         tokens["agent_prompt"] += len(chat.prompt_ids)
         tokens["agent_completion"] += len(out.token_ids)
@@ -127,9 +159,9 @@ async def run_episode(profile: Profile, *, scenario: Scenario, agent: AgentPolic
                     reply, user_turn, retries = UserReply(cached), scenario.tags.parse_user(cached), 0
                     meta["cache_hits"] += 1
                 else:
-                    reply, user_turn, retries = await ask_user(user, scenario, profile, history,
-                                                               agent_turn.response, seed=seed * 1000 + turn_index,
-                                                               cfg=cfg)
+                    reply, user_turn, retries = await ask_user(
+                        user, scenario, profile, history, agent_turn.response, seed=turn_seed(seed, turn_index), cfg=cfg
+                    )
                     if cache:
                         cache.add(agent_turn.stage, reply.text)
             except SimulatorError as e:
@@ -140,6 +172,7 @@ async def run_episode(profile: Profile, *, scenario: Scenario, agent: AgentPolic
             finally:
                 timing["user_s"] += time.perf_counter() - t0
             meta["user_retries"] += retries
+            meta[USER_REPORTS].append(dict(reply.meta))  # a cached reply reports nothing: {}
             tokens["user_prompt"] += reply.prompt_tokens
             tokens["user_completion"] += reply.completion_tokens
             turns.append(Turn(agent_turn, user_turn))

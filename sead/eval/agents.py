@@ -22,7 +22,7 @@ HEALTH_TIMEOUT_S = 10.0
 class EvalAgent:
     policy: AgentPolicy
     tokenizer: object
-    params: int | None      # parameter count, for the comparison table (None: unknown, e.g. an API)
+    params: int | None  # parameter count, for the comparison table (None: unknown, e.g. an API)
 
 
 class OpenAIAgent(TextAgent):
@@ -31,31 +31,56 @@ class OpenAIAgent(TextAgent):
 
     name = "openai"
 
-    def __init__(self, tokenizer, *, model: str, url: str, sampling: SamplingConfig, max_tokens: int,
-                 api_key: str, timeout: float = 120.0, retries: int = 3):
+    def __init__(
+        self,
+        tokenizer,
+        *,
+        model: str,
+        url: str,
+        sampling: SamplingConfig,
+        max_tokens: int,
+        api_key: str,
+        timeout: float = 120.0,
+        retries: int = 3,
+    ):
         import openai
 
         super().__init__(tokenizer)
         self.model, self.url, self.sampling, self.max_tokens = model, url, sampling, max_tokens
         self._api_key = api_key
         # The SDK's own retries (exponential backoff) cover rate limits and dropped connections of an API.
-        self._client = openai.AsyncOpenAI(base_url=url, api_key=api_key, max_retries=retries, timeout=timeout,
-                                          http_client=openai.DefaultAioHttpClient(timeout=timeout))
+        self._client = openai.AsyncOpenAI(
+            base_url=url,
+            api_key=api_key,
+            max_retries=retries,
+            timeout=timeout,
+            http_client=openai.DefaultAioHttpClient(timeout=timeout),
+        )
         self.usage = {"prompt": 0, "completion": 0}
 
     async def reply(self, messages: list[dict], seed: int) -> str:
         s = self.sampling
         out = await self._client.chat.completions.create(
-            model=self.model, messages=messages, temperature=s.temperature, top_p=s.top_p,
-            max_tokens=self.max_tokens, seed=seed % 2**31)
+            model=self.model,
+            messages=messages,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            max_tokens=self.max_tokens,
+            seed=seed % 2**31,
+        )
         if out.usage:
             self.usage["prompt"] += out.usage.prompt_tokens
             self.usage["completion"] += out.usage.completion_tokens
         return (out.choices[0].message.content or "") if out.choices else ""
 
     def identity(self) -> dict:
-        return {"name": self.name, "model": self.model, "url": self.url, "sampling": vars(self.sampling),
-                "max_tokens": self.max_tokens}
+        return {
+            "name": self.name,
+            "model": self.model,
+            "url": self.url,
+            "sampling": vars(self.sampling),
+            "max_tokens": self.max_tokens,
+        }
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -66,15 +91,25 @@ async def check_endpoint(url: str, model: str, api_key: str) -> None:
     from sead.usersim.openai_sim import probe_endpoint
 
     async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S, headers={"Authorization": f"Bearer {api_key}"}) as http:
-        problem = await probe_endpoint(http, url, model, role="agent endpoint",
-                                       hint="check the MODEL part of openai:MODEL@URL")
+        problem = await probe_endpoint(
+            http, url, model, role="agent endpoint", hint="check the MODEL part of openai:MODEL@URL"
+        )
     if problem:
         raise SEADInputError(problem)
 
 
-def build_agent(spec: ModelSpec, scenario: Scenario, *, sampling: SamplingConfig, max_new_tokens: int,
-                max_batch: int, device: str, tokenizer_path: str | None, api_key_env: str,
-                backend: str = "transformers") -> EvalAgent:
+def build_agent(
+    spec: ModelSpec,
+    scenario: Scenario,
+    *,
+    sampling: SamplingConfig,
+    max_new_tokens: int,
+    max_batch: int,
+    device: str,
+    tokenizer_path: str | None,
+    api_key_env: str,
+    backend: str = "transformers",
+) -> EvalAgent:
     """backend: transformers (CPU or GPU) | vllm (offline engine, GPU) for local models."""
     if backend not in ("transformers", "vllm"):
         raise SEADInputError(f"unknown agent backend {backend!r}; choose transformers or vllm", field="eval.backend")
@@ -91,18 +126,23 @@ def build_agent(spec: ModelSpec, scenario: Scenario, *, sampling: SamplingConfig
 
         model, tok, label = load_model(ModelConfig(preset="path", path=str(spec.path), device=_device(device)))
         model.eval().requires_grad_(False)
-        return EvalAgent(HFPolicy(model, tok, sampling, max_batch=max_batch, label=label), tok,
-                         sum(p.numel() for p in model.parameters()))
+        return EvalAgent(
+            HFPolicy(model, tok, sampling, max_batch=max_batch, label=label),
+            tok,
+            sum(p.numel() for p in model.parameters()),
+        )
     tok = _tokenizer(tokenizer_path)
     if spec.kind == "openai":
         key = os.environ.get(api_key_env) or "EMPTY"
         asyncio.run(check_endpoint(spec.url, spec.model, key))
-        return EvalAgent(OpenAIAgent(tok, model=spec.model, url=spec.url, sampling=sampling,
-                                     max_tokens=max_new_tokens, api_key=key), tok, None)
-    from sead.agents.scripted import ReferenceAgent, SOPIgnoringAgent
+        return EvalAgent(
+            OpenAIAgent(tok, model=spec.model, url=spec.url, sampling=sampling, max_tokens=max_new_tokens, api_key=key),
+            tok,
+            None,
+        )
+    from sead.agents import SCRIPTED_AGENTS
 
-    cls = ReferenceAgent if spec.model == "reference" else SOPIgnoringAgent
-    return EvalAgent(cls(scenario, tok), tok, 0)
+    return EvalAgent(SCRIPTED_AGENTS[spec.model](scenario, tok), tok, 0)
 
 
 def _device(device: str) -> str:

@@ -3,13 +3,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from sead.eval.report import render_page
 
-HEADERS = ["Method", "Params", "CR %", "CR 95% CI", "ATT ↓", "UPA", "EI", "TI", "CI", "FPR %", "SCR %", "ADT",
-           "Cost", "n"]
+HEADERS = [
+    "Method",
+    "Params",
+    "CR %",
+    "CR 95% CI",
+    "ATT ↓",
+    "UPA",
+    "EI",
+    "TI",
+    "CI",
+    "FPR %",
+    "SCR %",
+    "ADT",
+    "Cost",
+    "n",
+]
 
 
 def _mean_std(stat: dict, digits: int = 2) -> str:
@@ -35,11 +49,24 @@ def comparison_rows(named_results: Sequence[tuple[str, dict]]) -> list[list[str]
     for name, r in named_results:
         m = r["metrics"]
         lo, hi = m["CR"]["ci95"]
-        rows.append([name, _params(r.get("agent_params")), _percent(m["CR"]),
-                     "n/a" if lo is None else f"{100 * lo:.1f}–{100 * hi:.1f}", _mean_std(m["ATT"], 1),
-                     _mean_std(m["UPA"], 3), _mean_std(m.get("EI", {})), _mean_std(m.get("TI", {})),
-                     _mean_std(m.get("CI", {})), _percent(m["FPR"]), _percent(m["SCR"]), _mean_std(m["ADT"], 1),
-                     f"{r['cost']['total']:.2f}", str(r["counts"]["evaluated"])])
+        rows.append(
+            [
+                name,
+                _params(r.get("agent_params")),
+                _percent(m["CR"]),
+                "n/a" if lo is None else f"{100 * lo:.1f}–{100 * hi:.1f}",
+                _mean_std(m["ATT"], 1),
+                _mean_std(m["UPA"], 3),
+                _mean_std(m.get("EI", {})),
+                _mean_std(m.get("TI", {})),
+                _mean_std(m.get("CI", {})),
+                _percent(m["FPR"]),
+                _percent(m["SCR"]),
+                _mean_std(m["ADT"], 1),
+                f"{r['cost']['total']:.2f}",
+                str(r["counts"]["evaluated"]),
+            ]
+        )
     return rows
 
 
@@ -51,6 +78,10 @@ def write_comparison(out_dir: Path, named_results: Sequence[tuple[str, dict]]) -
     note = f"test set {', '.join(hashes)}; mean±std; CR CI: 95% bootstrap; cost per the configured prices"
     md_path = out_dir / "comparison.md"
     md_path.write_text("\n".join(md) + f"\n\n{note}\n", encoding="utf-8")
-    html = render_page(out_dir / "comparison.html", title="SEAD evaluation: comparison", subtitle=[note],
-                       tables=[{"caption": "Main table", "headers": HEADERS, "rows": rows}])
+    html = render_page(
+        out_dir / "comparison.html",
+        title="SEAD evaluation: comparison",
+        subtitle=[note],
+        tables=[{"caption": "Main table", "headers": HEADERS, "rows": rows}],
+    )
     return md_path, html

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from sead.dialogue import Episode
 from sead.metrics import completion
@@ -38,9 +38,13 @@ def cr_heatmap(episodes: Sequence[Episode], space: ProfileSpace, pair: tuple[str
         return len(cells.get(tuple(state), [])) or None
 
     most = max((len(v) for v in cells.values()), default=1)
-    return draw_state_heatmaps(path, pair, [space[d].allowed for d in pair],
-                               [("completion rate", mean, (0.0, 1.0)), ("dialogues", count, (0.0, float(most)))],
-                               title=f"CR over {pair[0]} x {pair[1]}")
+    return draw_state_heatmaps(
+        path,
+        pair,
+        [space[d].allowed for d in pair],
+        [("completion rate", mean, (0.0, 1.0)), ("dialogues", count, (0.0, float(most)))],
+        title=f"CR over {pair[0]} x {pair[1]}",
+    )
 
 
 def cr_by_value_figure(cr_by_state: dict):
@@ -57,8 +61,14 @@ def cr_by_value_figure(cr_by_state: dict):
         ax.bar(values, means, yerr=[lo, hi], capsize=3, color="#4c72b0")
         ax.plot(values, means, "o", color="#1f3a66", markersize=4)
         for v, m, h in zip(values, means, hi):
-            ax.annotate(f"{m:.2f}\nn={stats[v]['n']}", (v, m + h), textcoords="offset points", xytext=(0, 3),
-                        ha="center", fontsize=7)
+            ax.annotate(
+                f"{m:.2f}\nn={stats[v]['n']}",
+                (v, m + h),
+                textcoords="offset points",
+                xytext=(0, 3),
+                ha="center",
+                fontsize=7,
+            )
         ax.set_ylim(-0.03, 1.25)
         ax.axhline(0, color="#888", linewidth=0.6)
         ax.set_xlabel(dim)
@@ -80,8 +90,14 @@ def outcome_plot(end_reasons: dict[str, int], path: Path) -> Path:
     return _save(fig, path)
 
 
-def line_plot(series: dict[str, tuple[list, list]], path: Path, *, title: str, xlabel: str,
-              bands: dict[str, tuple[list, list]] | None = None) -> Path:
+def line_plot(
+    series: dict[str, tuple[list, list]],
+    path: Path,
+    *,
+    title: str,
+    xlabel: str,
+    bands: dict[str, tuple[list, list]] | None = None,
+) -> Path:
     """One line per named (x, y) series; optional (low, high) bands, e.g. 95% CIs."""
     fig, ax = plt.subplots(figsize=(5.2, 3.0))
     for name, (x, y) in series.items():

@@ -6,8 +6,8 @@ dialogue that contains markup or `<script>` is shown as text and never run."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -19,26 +19,49 @@ SUMMARY_METRICS = ("CR", "FPR", "SCR", "ATT", "ADT", "UPA", "EI", "TI", "CI")
 _env = Environment(loader=PackageLoader("sead.eval", "templates"), autoescape=select_autoescape(["j2", "html"]))
 
 
-def render_page(path: Path, *, title: str, subtitle: Sequence[str] = (), tables: Sequence[dict] = (),
-                images: Sequence[dict] = (), dialogues: dict | None = None) -> Path:
+def render_page(
+    path: Path,
+    *,
+    title: str,
+    subtitle: Sequence[str] = (),
+    tables: Sequence[dict] = (),
+    images: Sequence[dict] = (),
+    dialogues: dict | None = None,
+) -> Path:
     """tables: {caption, headers, rows}; images: {title, uri}; dialogues: {dimensions, dialogues} for the viewer."""
     payload = None
     if dialogues is not None:
         # `<` escaped keeps "</script>" in a dialogue from closing the data block; JSON.parse restores it.
         payload = json.dumps(dialogues, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
-    html = _env.get_template("report.html.j2").render(title=title, subtitle=list(subtitle), tables=list(tables),
-                                                      images=list(images), dialogues_json=payload)
+    html = _env.get_template("report.html.j2").render(
+        title=title, subtitle=list(subtitle), tables=list(tables), images=list(images), dialogues_json=payload
+    )
     path.write_text(html, encoding="utf-8")
     return path
 
 
 def viewer_record(ep: Episode) -> dict:
-    return {"id": ep.meta.get("episode_id", ""), "success": ep.success, "end_reason": ep.end_reason,
-            "state": ep.profile.values, "behaviours": list(ep.profile.behaviours),
-            "turns": [{"agent": t.agent.response, "agent_text": t.agent.text, "stage": t.agent.stage,
-                       "status": t.agent.status, "portrait": t.agent.portrait, "feedback": t.feedback,
-                       "user": t.user.reply if t.user else None, "user_state": t.user.state if t.user else None,
-                       "user_status": t.user.status if t.user else None} for t in ep.turns]}
+    return {
+        "id": ep.meta.get("episode_id", ""),
+        "success": ep.success,
+        "end_reason": ep.end_reason,
+        "state": ep.profile.values,
+        "behaviours": list(ep.profile.behaviours),
+        "turns": [
+            {
+                "agent": t.agent.response,
+                "agent_text": t.agent.text,
+                "stage": t.agent.stage,
+                "status": t.agent.status,
+                "portrait": t.agent.portrait,
+                "feedback": t.feedback,
+                "user": t.user.reply if t.user else None,
+                "user_state": t.user.state if t.user else None,
+                "user_status": t.user.status if t.user else None,
+            }
+            for t in ep.turns
+        ],
+    }
 
 
 def summary_rows(results: dict) -> list[list[str]]:
@@ -49,25 +72,43 @@ def summary_rows(results: dict) -> list[list[str]]:
             continue
         lo, hi = s["ci95"]
         ci = "n/a" if lo is None else f"{lo:.3f} – {hi:.3f}"
-        rows.append([name, "n/a" if s["mean"] is None else f"{s['mean']:.3f}",
-                     "n/a" if s["std"] is None else f"{s['std']:.3f}", ci, str(s["n"])])
+        rows.append(
+            [
+                name,
+                "n/a" if s["mean"] is None else f"{s['mean']:.3f}",
+                "n/a" if s["std"] is None else f"{s['std']:.3f}",
+                ci,
+                str(s["n"]),
+            ]
+        )
     for name, v in results.get("pass_hat_k", {}).items():
         rows.append([name, "n/a" if v is None else f"{v:.3f}", "", "", ""])
     return rows
 
 
-def _settings_text(d: dict, skip: Sequence[str] = ("name",)) -> str:
-    """`key value, ...` for a flat view of a settings dict (nested dicts inline, None left out)."""
+def _settings_text(d: dict, skip: Sequence[str] = ("name",), longest: int | None = None) -> str:
+    """`key value; ...` for a flat view of a settings dict (nested dicts inline, None left out); strings longer
+    than `longest` (messages meant for the agent) are left to results.json."""
     parts = []
     for k, v in d.items():
-        if k in skip or v is None or v == [] or v == {} or (isinstance(v, str) and len(v) > 40):
-            continue  # long texts (prompts, messages) stay in results.json
+        if k in skip or v is None or v == [] or v == {} or (longest and isinstance(v, str) and len(v) > longest):
+            continue
         if isinstance(v, dict):
             v = _settings_text(v, ())
         elif isinstance(v, (list, tuple)):
             v = ", ".join(map(str, v))
         parts.append(f"{k} {v}")
     return "; ".join(parts)
+
+
+def monitor_rows(monitors: dict) -> list[list[str]]:
+    flagged = set(monitors.get("flagged", []))
+    rows = [
+        [name + (" (flagged)" if name in flagged else ""), "n/a" if v is None else f"{v:.3f}"]
+        for name, v in monitors.items()
+        if name != "flagged"
+    ]
+    return rows + [["flagged", ", ".join(sorted(flagged)) or "none"]]
 
 
 def setup_rows(results: dict) -> list[list[str]]:
@@ -77,31 +118,63 @@ def setup_rows(results: dict) -> list[list[str]]:
     ts, user = s["testset"], s["user_simulator"]
     params = results.get("agent_params")
     model = agent.get("model") or agent.get("rules") or agent.get("path") or ""
-    return [["agent", f"{s['agent_spec']}" + (f" ({params / 1e6:.0f}M parameters)" if params else "")
-             + (f"; {model}" if model and str(model) not in s["agent_spec"] else "")],
-            ["decoding", _settings_text(agent.get("sampling") or {}) or "scripted (no sampling)"],
-            ["user simulator", f"{user.get('name')}: " + (_settings_text(user, ("name", "dynamics"))
-                                                           or "default settings")],
-            ["test set", f"{ts['evaluated']} of {ts['size']} profiles x {s['trials']} trial(s), hash {ts['hash']}, "
-                         f"seed {s['seed']}"],
-            ["dialogue limits", _settings_text(s.get("dialogue") or {})],
-            ["dialogues", f"{c['dialogues']}: {c['completed']} completed, {c['failed']} failed, "
-                          f"{c['sim_error']} simulator errors (excluded)"],
-            ["tokens, cost", f"{_settings_text(results['tokens'], ())}; cost {results['cost']['total']:.4f}"]]
+    return [
+        [
+            "agent",
+            f"{s['agent_spec']}"
+            + (f" ({params / 1e6:.0f}M parameters)" if params else "")
+            + (f"; {model}" if model and str(model) not in s["agent_spec"] else ""),
+        ],
+        ["decoding", _settings_text(agent.get("sampling") or {}) or "scripted (no sampling)"],
+        [
+            "user simulator",
+            f"{user.get('name')}: " + (_settings_text(user, ("name", "dynamics")) or "default settings"),
+        ],
+        [
+            "test set",
+            f"{ts['evaluated']} of {ts['size']} profiles x {s['trials']} trial(s), hash {ts['hash']}, seed {s['seed']}",
+        ],
+        ["dialogue limits", _settings_text(s.get("dialogue") or {}, longest=40)],
+        [
+            "dialogues",
+            f"{c['dialogues']}: {c['completed']} completed, {c['failed']} failed, "
+            f"{c['sim_error']} simulator errors (excluded)",
+        ],
+        ["tokens, cost", f"{_settings_text(results['tokens'], ())}; cost {results['cost']['total']:.4f}"],
+    ]
 
 
 def write_eval_report(out: Path, name: str, results: dict, episodes: Sequence[Episode], space: ProfileSpace) -> Path:
     plots = out / "plots"
-    images = [{"title": f"CR over {a} x {b}", "uri": data_uri(cr_heatmap(episodes, space, (a, b),
-                                                                         plots / f"cr_{a}_{b}.png"))}
-              for a, b in heatmap_pairs(space)]
-    images.append({"title": "CR per state value",
-                   "uri": data_uri(cr_by_value_plot(results["cr_by_state"], plots / "cr_by_value.png"))})
-    images.append({"title": "end reasons", "uri": data_uri(outcome_plot(results["end_reasons"],
-                                                                        plots / "end_reasons.png"))})
+    images = [
+        {"title": f"CR over {a} x {b}", "uri": data_uri(cr_heatmap(episodes, space, (a, b), plots / f"cr_{a}_{b}.png"))}
+        for a, b in heatmap_pairs(space)
+    ]
+    images.append(
+        {
+            "title": "CR per state value",
+            "uri": data_uri(cr_by_value_plot(results["cr_by_state"], plots / "cr_by_value.png")),
+        }
+    )
+    images.append(
+        {"title": "end reasons", "uri": data_uri(outcome_plot(results["end_reasons"], plots / "end_reasons.png"))}
+    )
     tables = [{"caption": "Setup", "headers": [], "rows": setup_rows(results)}]
-    tables.append({"caption": "Metrics", "headers": ["metric", "mean", "std", "95% CI", "n"],
-                   "rows": summary_rows(results)})
-    return render_page(out / "report.html", title=f"SEAD evaluation: {name}", tables=tables,
-                       images=images, dialogues={"dimensions": list(space.sampled_names),
-                                                 "dialogues": [viewer_record(e) for e in episodes]})
+    tables.append(
+        {"caption": "Metrics", "headers": ["metric", "mean", "std", "95% CI", "n"], "rows": summary_rows(results)}
+    )
+    if results.get("hack_monitors"):
+        tables.append(
+            {
+                "caption": "Reward-hacking monitors (sead.metrics.HackMonitor)",
+                "headers": ["monitor", "value"],
+                "rows": monitor_rows(results["hack_monitors"]),
+            }
+        )
+    return render_page(
+        out / "report.html",
+        title=f"SEAD evaluation: {name}",
+        tables=tables,
+        images=images,
+        dialogues={"dimensions": list(space.sampled_names), "dialogues": [viewer_record(e) for e in episodes]},
+    )

@@ -1,14 +1,15 @@
 """results.json of one evaluated model: every metric (from sead.metrics, the one definition), pass^k, CR per
-state value and per joint state, tokens and cost, and everything needed to reproduce the numbers."""
+state value and per joint state, the hack monitors (scenarios with a rules file), tokens and cost, and everything
+needed to reproduce the numbers."""
 
 from __future__ import annotations
 
 import platform
+from collections.abc import Sequence
 from importlib import metadata
-from typing import Sequence
 
 from sead.dialogue import Episode
-from sead.metrics import completion, compute_metrics, pass_hat_k, summarise
+from sead.metrics import HackMonitor, completion, compute_metrics, pass_hat_k, summarise
 from sead.scenario import ProfileSpace
 
 PACKAGES = ("sead", "torch", "transformers", "openai", "numpy")
@@ -26,9 +27,13 @@ def cr_by_state(episodes: Sequence[Episode], space: ProfileSpace, *, seed: int =
     joint: dict[tuple, list[float]] = {}
     for e in valid:
         joint.setdefault(e.profile.key(), []).append(completion(e))
-    return {"dimensions": list(space.sampled_names), "per_value": per_value,
-            "per_joint_state": {"-".join(map(str, k)): {"CR": sum(v) / len(v), "n": len(v)}
-                                for k, v in sorted(joint.items())}}
+    return {
+        "dimensions": list(space.sampled_names),
+        "per_value": per_value,
+        "per_joint_state": {
+            "-".join(map(str, k)): {"CR": sum(v) / len(v), "n": len(v)} for k, v in sorted(joint.items())
+        },
+    }
 
 
 def pass_hat(episodes: Sequence[Episode], profile_index: Sequence[int], trials: int) -> dict:
@@ -40,15 +45,30 @@ def pass_hat(episodes: Sequence[Episode], profile_index: Sequence[int], trials: 
     return {f"pass^{k}": pass_hat_k(list(outcomes.values()), k) for k in range(1, trials + 1)}
 
 
-def build_results(episodes: Sequence[Episode], space: ProfileSpace, info: dict, *, seed: int, trials: int,
-                  prices: dict, agent_params: int | None) -> dict:
-    m = compute_metrics(episodes, space, seed=seed, prices=prices)
-    return {**m, "pass_hat_k": pass_hat(episodes, info["profile_index"], trials) if trials > 1 else {},
-            "cr_by_state": cr_by_state(episodes, space, seed=seed),
-            "agent_params": agent_params, "prices_per_million_tokens": prices,
-            "wall_time_s": info["wall_time_s"], "dialogues_played": info["dialogues_played"],
-            "dialogues_resumed": info["dialogues_resumed"], "settings": info["settings"],
-            "versions": versions()}
+def build_results(
+    episodes: Sequence[Episode],
+    space: ProfileSpace,
+    info: dict,
+    *,
+    seed: int,
+    trials: int,
+    prices: dict,
+    agent_params: int | None,
+    monitor: HackMonitor | None = None,
+) -> dict:
+    m = compute_metrics(episodes, space, seed=seed, prices=prices, monitor=monitor)
+    return {
+        **m,
+        "pass_hat_k": pass_hat(episodes, info["profile_index"], trials) if trials > 1 else {},
+        "cr_by_state": cr_by_state(episodes, space, seed=seed),
+        "agent_params": agent_params,
+        "prices_per_million_tokens": prices,
+        "wall_time_s": info["wall_time_s"],
+        "dialogues_played": info["dialogues_played"],
+        "dialogues_resumed": info["dialogues_resumed"],
+        "settings": info["settings"],
+        "versions": versions(),
+    }
 
 
 def versions() -> dict:

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sead.controller import ProfileController, make_curriculum
 from sead.errors import SEADInputError
-from sead.scenario import Profile, Scenario, read_profiles, write_profiles
+from sead.run.fixed_profiles import fixed_profiles
+from sead.scenario import Profile, Scenario, write_profiles
 
 
 @dataclass
@@ -35,8 +35,7 @@ def sample_testset(scenario: Scenario, n: int, seed: int) -> list[Profile]:
     """n profiles from the scenario's default marginals (the `fixed` rule), reproducible from the seed."""
     if n < 1:
         raise SEADInputError(f"a test set needs at least one profile, got {n}", field="eval.testset_size")
-    rule = make_curriculum("fixed", scenario.space, scenario.default_marginals)
-    return ProfileController(scenario, rule, seed=seed).sample(n)
+    return fixed_profiles(scenario, n, seed)
 
 
 def make_testset(scenario: Scenario, n: int, seed: int, path: str | Path) -> TestSet:
@@ -46,9 +45,7 @@ def make_testset(scenario: Scenario, n: int, seed: int, path: str | Path) -> Tes
 
 def load_testset(path: str | Path, scenario: Scenario) -> TestSet:
     """Read and validate a profile file (ranges, behaviours): a bad file fails here, before any dialogue."""
-    profiles = read_profiles(path, scenario.space, scenario.library)
-    if not profiles:
-        raise SEADInputError("test set holds no profiles", path=path)
+    profiles = scenario.read_profiles(path)
     return TestSet(profiles, Path(path), content_hash(profiles))
 
 

@@ -15,30 +15,54 @@ from sead.trainer.policy import SamplingConfig
 class VLLMPolicy(BatchingPolicy):
     name = "vllm"
 
-    def __init__(self, model_path: str, tokenizer, sampling: SamplingConfig, *, max_batch: int = 256,
-                 tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.85, max_model_len: int | None = None):
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer,
+        sampling: SamplingConfig,
+        *,
+        max_batch: int = 256,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.85,
+        max_model_len: int | None = None,
+    ):
         super().__init__(max_batch)
         try:
             import vllm
         except ImportError:
-            raise SEADInputError("eval.backend=vllm needs vLLM in this environment (pip install -r "
-                                 "requirements_vllm.txt on a GPU machine); eval.backend=transformers works "
-                                 "everywhere", field="eval.backend") from None
+            raise SEADInputError(
+                "eval.backend=vllm needs vLLM in this environment (pip install -r "
+                "requirements_vllm.txt on a GPU machine); eval.backend=transformers works "
+                "everywhere",
+                field="eval.backend",
+            ) from None
         self._vllm = vllm
         self.tokenizer, self.sampling, self.model_path = tokenizer, sampling, model_path
-        self.llm = vllm.LLM(model=model_path, tensor_parallel_size=tensor_parallel_size,
-                            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
+        self.llm = vllm.LLM(
+            model=model_path,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+        )
 
     def params(self, request: AgentRequest):
         s = self.sampling
         return self._vllm.SamplingParams(
-            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k if s.top_k > 0 else -1,
-            max_tokens=request.max_new_tokens, seed=int(request.seed) & 0x7FFFFFFF, logprobs=0,
-            stop_token_ids=[self.tokenizer.eos_token_id])
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k if s.top_k > 0 else -1,
+            max_tokens=request.max_new_tokens,
+            seed=int(request.seed) & 0x7FFFFFFF,
+            logprobs=0,
+            stop_token_ids=[self.tokenizer.eos_token_id],
+        )
 
     def sample(self, requests: list[AgentRequest]) -> list[AgentOutput]:
-        outs = self.llm.generate([{"prompt_token_ids": list(r.prompt_ids)} for r in requests],
-                                 [self.params(r) for r in requests], use_tqdm=False)
+        outs = self.llm.generate(
+            [{"prompt_token_ids": list(r.prompt_ids)} for r in requests],
+            [self.params(r) for r in requests],
+            use_tqdm=False,
+        )
         return [self._output(o.outputs[0]) for o in outs]
 
     def _output(self, completion) -> AgentOutput:

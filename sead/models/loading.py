@@ -5,24 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sead.config import number, one_of
 from sead.errors import SEADInputError
 
 
 @dataclass
 class ModelConfig:
-    preset: str = "smollm2"     # smollm2 | tiny | path
-    path: str | None = None     # local HF folder (preset=path), also any checkpoint's model/ folder
-    dtype: str = "float32"
-    device: str = "cpu"
+    preset: str = one_of("smollm2", "tiny", "path")
+    path: str | None = None  # local HF folder (preset=path), also any checkpoint's model/ folder
+    dtype: str = one_of("float32", "bfloat16", "float16")
+    device: str = "cpu"  # a torch device: cpu, cuda, cuda:1, ...
     # tiny preset: a random Llama with the SmolLM2 tokenizer, for fast tests
-    hidden: int = 64
-    layers: int = 2
-    heads: int = 4
-    kv_heads: int = 2
-    intermediate: int = 128
-    init_seed: int = 0
+    hidden: int = number(64, ge=1)
+    layers: int = number(2, ge=1)
+    heads: int = number(4, ge=1)
+    kv_heads: int = number(2, ge=1)
+    intermediate: int = number(128, ge=1)
+    init_seed: int = number(0, ge=0)
 
-    def at(self, folder: str | Path) -> "ModelConfig":
+    def at(self, folder: str | Path) -> ModelConfig:
         """The same dtype and device, loading a saved HF folder (a warm-up's or a checkpoint's model/)."""
         return replace(self, preset="path", path=str(folder))
 
@@ -42,11 +43,19 @@ def load_model(cfg: ModelConfig):
 
         tok = load_tokenizer()
         torch.manual_seed(cfg.init_seed)
-        conf = LlamaConfig(vocab_size=len(tok), hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
-                           num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
-                           intermediate_size=cfg.intermediate, max_position_embeddings=16384,
-                           tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                           pad_token_id=tok.pad_token_id)
+        conf = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=cfg.hidden,
+            num_hidden_layers=cfg.layers,
+            num_attention_heads=cfg.heads,
+            num_key_value_heads=cfg.kv_heads,
+            intermediate_size=cfg.intermediate,
+            max_position_embeddings=16384,
+            tie_word_embeddings=True,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
         model = LlamaForCausalLM(conf).to(dtype)
         label = f"tiny-llama-{cfg.hidden}x{cfg.layers}"
     else:
@@ -71,6 +80,7 @@ def load_model(cfg: ModelConfig):
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     if not tok.chat_template:
-        raise SEADInputError("the tokenizer has no chat template; SEAD builds every dialogue with it",
-                             field="model.path")
+        raise SEADInputError(
+            "the tokenizer has no chat template; SEAD builds every dialogue with it", field="model.path"
+        )
     return model.to(cfg.device), tok, label

@@ -59,16 +59,22 @@ def gguf_special_ids(gguf: Path) -> dict[str, int]:
 def provenance(gguf: Path) -> dict:
     import transformers
 
-    return {"gguf": gguf.name, "gguf_bytes": gguf.stat().st_size, "gguf_package": GGUF_VERSION,
-            "transformers": transformers.__version__, "converter": CONVERTER}
+    return {
+        "gguf": gguf.name,
+        "gguf_bytes": gguf.stat().st_size,
+        "gguf_package": GGUF_VERSION,
+        "transformers": transformers.__version__,
+        "converter": CONVERTER,
+    }
 
 
 def turn_closer_id(tok) -> int:
     """The token the chat template writes right after an assistant message's text."""
     marker = "SEAD-END-OF-TURN-PROBE"
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}],
-                                   tokenize=False)
-    after = text[text.index(marker) + len(marker):]
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}], tokenize=False
+    )
+    after = text[text.index(marker) + len(marker) :]
     ids = tok(after, add_special_tokens=False)["input_ids"] if after else []
     # A GGUF conversion may list the chat tokens as added tokens without marking them special.
     if not ids or (ids[0] not in tok.all_special_ids and ids[0] not in tok.added_tokens_decoder):
@@ -80,8 +86,10 @@ def fix_special_tokens(tok, declared: dict[str, int]) -> None:
     """End of turn = the token closing assistant turns, which must also be the GGUF's eos; pad as declared."""
     closer = turn_closer_id(tok)
     if "eos" in declared and declared["eos"] != closer:
-        raise RuntimeError(f"the GGUF's eos id {declared['eos']} is not the token {tok.convert_ids_to_tokens(closer)!r}"
-                           f" (id {closer}) that its chat template closes assistant turns with")
+        raise RuntimeError(
+            f"the GGUF's eos id {declared['eos']} is not the token {tok.convert_ids_to_tokens(closer)!r}"
+            f" (id {closer}) that its chat template closes assistant turns with"
+        )
     tok.eos_token = tok.convert_ids_to_tokens(closer)
     if "padding" in declared:
         tok.pad_token = tok.convert_ids_to_tokens(declared["padding"])
@@ -92,8 +100,9 @@ def check_tokenizer(tok, declared: dict[str, int]) -> None:
     closer = turn_closer_id(tok)
     problems = []
     if tok.eos_token_id != closer:
-        problems.append(f"eos {tok.eos_token!r} (id {tok.eos_token_id}) does not close assistant turns "
-                        f"(id {closer} does)")
+        problems.append(
+            f"eos {tok.eos_token!r} (id {tok.eos_token_id}) does not close assistant turns (id {closer} does)"
+        )
     if "eos" in declared and tok.eos_token_id != declared["eos"]:
         problems.append(f"eos id {tok.eos_token_id} is not the GGUF's eos id {declared['eos']}")
     if tok.eos_token_id == tok.bos_token_id:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import matplotlib
 
@@ -13,8 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def state_grid(dims: Sequence[str], axes_values: Sequence[Sequence[int]],
-               value: Callable[[tuple[int, ...]], float | None]):
+def state_grid(
+    dims: Sequence[str], axes_values: Sequence[Sequence[int]], value: Callable[[tuple[int, ...]], float | None]
+):
     """Yield (panel title, y values, x values, matrix) with the first dim on y, the last on x, one panel per
     combination of the dims in between. Missing values are NaN (drawn blank)."""
     y_vals, x_vals = axes_values[0], axes_values[-1]
@@ -30,9 +31,13 @@ def state_grid(dims: Sequence[str], axes_values: Sequence[Sequence[int]],
         yield title, y_vals, x_vals, grid
 
 
-def draw_state_heatmaps(path: str | Path, dims: Sequence[str], axes_values: Sequence[Sequence[int]],
-                        rows: Sequence[tuple[str, Callable[[tuple[int, ...]], float | None], tuple[float, float]]],
-                        title: str = "") -> Path:
+def draw_state_heatmaps(
+    path: str | Path,
+    dims: Sequence[str],
+    axes_values: Sequence[Sequence[int]],
+    rows: Sequence[tuple[str, Callable[[tuple[int, ...]], float | None], tuple[float, float]]],
+    title: str = "",
+) -> Path:
     """One row of panels per (label, value function, colour range)."""
     panels = [list(state_grid(dims, axes_values, fn)) for _, fn, _ in rows]
     ncols = len(panels[0])
@@ -50,8 +55,15 @@ def draw_state_heatmaps(path: str | Path, dims: Sequence[str], axes_values: Sequ
                 for j in range(grid.shape[1]):
                     if not np.isnan(grid[i, j]):
                         v = grid[i, j]  # counts print as integers, rates with two decimals
-                        ax.text(j, i, f"{v:.0f}" if v.is_integer() else f"{v:.2f}", ha="center", va="center",
-                                fontsize=7, color="white")
+                        ax.text(
+                            j,
+                            i,
+                            f"{v:.0f}" if v.is_integer() else f"{v:.2f}",
+                            ha="center",
+                            va="center",
+                            fontsize=7,
+                            color="white",
+                        )
             fig.colorbar(im, ax=ax, fraction=0.046)
     if title:
         fig.suptitle(title)

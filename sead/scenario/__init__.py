@@ -7,5 +7,17 @@ from sead.scenario.scenario import Scenario
 from sead.scenario.tags import AgentTurn, TagSchema, UserTurn
 from sead.scenario.template import PromptTemplate
 
-__all__ = ["AgentTurn", "Behaviour", "BehaviourLibrary", "Dimension", "Profile", "ProfileSpace", "PromptTemplate",
-           "Scenario", "TagSchema", "UserTurn", "read_profiles", "write_profiles"]
+__all__ = [
+    "AgentTurn",
+    "Behaviour",
+    "BehaviourLibrary",
+    "Dimension",
+    "Profile",
+    "ProfileSpace",
+    "PromptTemplate",
+    "Scenario",
+    "TagSchema",
+    "UserTurn",
+    "read_profiles",
+    "write_profiles",
+]

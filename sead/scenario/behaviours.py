@@ -13,11 +13,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sead.errors import SEADInputError, jsonl_records
+from sead.errors import SEADInputError, jsonl_records, read_user_text
 
 _ORIGINAL_KEY = "User_Persona_Classification"
 # The original prefixed categories with an index ("3. Rule_Understanding"); the index carries no meaning.
 _INDEX_PREFIX = re.compile(r"^\s*\d+\.\s*")
+_JSONL_KEYS = {"category", "behaviour", "behavior", "utterance"}
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,9 @@ class BehaviourLibrary:
         return counts
 
     @classmethod
-    def load(cls, path: str | Path) -> "BehaviourLibrary":
+    def load(cls, path: str | Path) -> BehaviourLibrary:
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise SEADInputError(f"cannot read behaviour library: {e.strerror}", path=path) from None
+        text = read_user_text(path, "behaviour library")
         entries = _parse_original(text, path)
         if entries is None:
             entries = _parse_jsonl(text, path)
@@ -65,8 +63,12 @@ class BehaviourLibrary:
         behaviours = []
         for line, b in entries:
             if b.text in seen:
-                raise SEADInputError(f"duplicate behaviour {b.text!r} (first on line {seen[b.text]})",
-                                     path=path, line=line, field="behaviour")
+                raise SEADInputError(
+                    f"duplicate behaviour {b.text!r} (first on line {seen[b.text]})",
+                    path=path,
+                    line=line,
+                    field="behaviour",
+                )
             seen[b.text] = line
             behaviours.append(b)
         return cls(behaviours, str(path))
@@ -106,11 +108,23 @@ def _parse_jsonl(text: str, path: Path) -> list[tuple[int, Behaviour]]:
     for lineno, obj in jsonl_records(text, path):
         if not isinstance(obj, dict):
             raise SEADInputError("each line must be a JSON object", path=path, line=lineno)
+        unknown = sorted(set(obj) - _JSONL_KEYS)
+        if unknown:  # a misspelt "utterance" would otherwise be dropped without a word
+            raise SEADInputError(
+                f"unknown field(s) {unknown} (known: {sorted(_JSONL_KEYS)})", path=path, line=lineno, field=unknown[0]
+            )
         behaviour = obj.get("behaviour", obj.get("behavior"))
         utterance = obj.get("utterance")
-        entries.append((lineno, Behaviour(
-            category=_clean(obj.get("category"), path=path, line=lineno, field="category"),
-            text=_clean(behaviour, path=path, line=lineno, field="behaviour"),
-            utterance=_clean(utterance, path=path, line=lineno, field="utterance") if utterance is not None else None,
-        )))
+        entries.append(
+            (
+                lineno,
+                Behaviour(
+                    category=_clean(obj.get("category"), path=path, line=lineno, field="category"),
+                    text=_clean(behaviour, path=path, line=lineno, field="behaviour"),
+                    utterance=_clean(utterance, path=path, line=lineno, field="utterance")
+                    if utterance is not None
+                    else None,
+                ),
+            )
+        )
     return entries

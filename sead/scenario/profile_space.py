@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from sead.errors import SEADInputError
 
@@ -54,28 +54,10 @@ class ProfileSpace:
         return list(itertools.product(*(d.allowed for d in self.sampled)))
 
     @classmethod
-    def from_config(cls, cfg: Mapping, *, field: str = "scenario.dimensions") -> "ProfileSpace":
-        if not cfg:
-            raise SEADInputError("at least one dimension is required", field=field)
-        dims = []
-        for name, spec in cfg.items():
-            f = f"{field}.{name}"
-            try:
-                low, high = int(spec["low"]), int(spec["high"])
-            except (KeyError, TypeError, ValueError):
-                raise SEADInputError("needs integer 'low' and 'high'", field=f) from None
-            if low > high:
-                raise SEADInputError(f"low {low} is above high {high}", field=f)
-            sampled = bool(spec.get("sampled", True))
-            allowed = spec.get("allowed")
-            allowed = tuple(range(low, high + 1)) if allowed is None else tuple(int(v) for v in allowed)
-            bad = [v for v in allowed if not low <= v <= high]
-            if bad:
-                raise SEADInputError(f"allowed values {bad} fall outside {low}-{high}", field=f"{f}.allowed")
-            if sampled and not allowed:
-                raise SEADInputError("a sampled dimension needs at least one allowed value", field=f"{f}.allowed")
-            dims.append(Dimension(str(name), low, high, sampled, tuple(sorted(set(allowed)))))
-        space = cls(tuple(dims))
+    def from_config(cls, cfg: Mapping, *, field: str = "scenario.dimensions") -> ProfileSpace:
+        if not isinstance(cfg, Mapping) or not cfg:
+            raise SEADInputError("must map dimension names to {low, high, sampled, allowed}", field=field)
+        space = cls(tuple(_dimension(str(name), spec, f"{field}.{name}") for name, spec in cfg.items()))
         if not space.sampled:
             raise SEADInputError("no dimension is marked sampled: true", field=field)
         return space
@@ -83,26 +65,76 @@ class ProfileSpace:
     def check_value(self, name: str, value, *, path=None, line=None) -> int:
         """Validate one reported or profile value; raise naming the field when it is not a legal integer."""
         dim = self[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        # is_integer also turns away NaN (a missing parquet cell) and infinity, which int() cannot convert.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
             raise SEADInputError(f"{value!r} is not an integer", path=path, line=line, field=name)
         if not dim.contains(int(value)):
             raise SEADInputError(f"{value} is out of range {dim.low}-{dim.high}", path=path, line=line, field=name)
         return int(value)
 
 
+_DIMENSION_KEYS = {"low", "high", "sampled", "allowed"}
+
+
+def _dimension(name: str, spec, field: str) -> Dimension:
+    if not isinstance(spec, Mapping):
+        raise SEADInputError("must be a mapping {low, high, sampled, allowed}", field=field)
+    unknown = sorted(set(spec) - _DIMENSION_KEYS)
+    if unknown:
+        raise SEADInputError(
+            f"unknown key(s) {unknown} (known: {sorted(_DIMENSION_KEYS)})", field=f"{field}.{unknown[0]}"
+        )
+    low, high = _integer(spec.get("low"), f"{field}.low"), _integer(spec.get("high"), f"{field}.high")
+    if low > high:
+        raise SEADInputError(f"low {low} is above high {high}", field=field)
+    sampled = spec.get("sampled", True)
+    if not isinstance(sampled, bool):
+        raise SEADInputError(f"must be true or false, got {sampled!r}", field=f"{field}.sampled")
+    allowed = spec.get("allowed")
+    if allowed is None:
+        allowed = list(range(low, high + 1))
+    elif not isinstance(allowed, (list, tuple)):
+        raise SEADInputError(f"must be a list of integers, got {allowed!r}", field=f"{field}.allowed")
+    allowed = [_integer(v, f"{field}.allowed") for v in allowed]
+    bad = [v for v in allowed if not low <= v <= high]
+    if bad:
+        raise SEADInputError(f"allowed values {bad} fall outside {low}-{high}", field=f"{field}.allowed")
+    if sampled and not allowed:
+        raise SEADInputError("a sampled dimension needs at least one allowed value", field=f"{field}.allowed")
+    return Dimension(name, low, high, sampled, tuple(sorted(set(allowed))))
+
+
+def _integer(value, field: str) -> int:
+    # bool is an int subclass: `low: yes` must not read as 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SEADInputError(f"must be an integer, got {value!r}", field=field)
+    return value
+
+
 def normalise_distribution(dist: Mapping, dim: Dimension, *, field: str, tol: float = 1e-3) -> dict[int, float]:
-    """Check a marginal {value: probability}: values in range, non-negative, summing to 1 (within tol)."""
+    """Check a marginal {value: probability}: only sampled values carry weight, none negative, summing to 1.
+
+    Weight on a value the controller never samples is refused rather than renormalised away: the distribution
+    actually drawn would otherwise differ from the one written, without a word.
+    """
+    if not isinstance(dist, Mapping) or not dist:
+        raise SEADInputError("must map values to probabilities, e.g. {1: 0.5, 2: 0.5}", field=field)
     out: dict[int, float] = {}
     for k, p in dist.items():
         try:
             v = int(k)
         except (TypeError, ValueError):
             raise SEADInputError(f"key {k!r} is not an integer value", field=field) from None
-        if not dim.contains(v):
-            raise SEADInputError(f"value {v} is out of range {dim.low}-{dim.high}", field=field)
-        if float(p) < 0:
-            raise SEADInputError(f"probability of {v} is negative ({p})", field=field)
-        out[v] = float(p)
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise SEADInputError(f"probability of {v} must be a number in [0, 1], got {p!r}", field=field)
+        if p > 0 and v not in dim.allowed:
+            raise SEADInputError(
+                f"puts weight {p} on {v}, which the scenario never samples (allowed: "
+                f"{list(dim.allowed)}; edit scenario.dimensions.{dim.name}.allowed to sample it)",
+                field=field,
+            )
+        if v in dim.allowed:
+            out[v] = float(p)
     total = sum(out.values())
     if abs(total - 1.0) > tol:
         raise SEADInputError(f"probabilities sum to {total:.4f}, not 1", field=field)
@@ -114,7 +146,7 @@ def joint_from_marginals(states: Iterable[tuple[int, ...]], marginals: list[Mapp
     weights = []
     for state in states:
         w = 1.0
-        for value, marginal in zip(state, marginals):
+        for value, marginal in zip(state, marginals, strict=True):
             w *= marginal.get(value, 0.0)
         weights.append(w)
     total = sum(weights)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
-from sead.errors import SEADInputError, jsonl_records
+from sead.errors import SEADInputError, jsonl_records, read_user_bytes, read_user_text
 from sead.scenario.behaviours import BehaviourLibrary
 from sead.scenario.profile_space import ProfileSpace
 
@@ -20,7 +21,7 @@ class Profile:
     behaviours: tuple[str, ...]
 
     @classmethod
-    def make(cls, state: dict[str, int], behaviours: Iterable[str]) -> "Profile":
+    def make(cls, state: dict[str, int], behaviours: Iterable[str]) -> Profile:
         return cls(tuple(state.items()), tuple(behaviours))
 
     @property
@@ -35,10 +36,29 @@ class Profile:
         return {**self.values, "behaviours": list(self.behaviours)}
 
 
-def profile_from_dict(obj, space: ProfileSpace, library: BehaviourLibrary | None, *, path=None, line=None) -> Profile:
+BEHAVIOUR_KEYS = ("behaviours", "behaviors")  # the original spelt it the American way
+
+
+def profile_from_dict(
+    obj,
+    space: ProfileSpace,
+    library: BehaviourLibrary | None,
+    *,
+    path=None,
+    line=None,
+    max_behaviours: int | None = None,
+) -> Profile:
     """Validate one profile record; errors name the file, line and field."""
     if not isinstance(obj, dict):
         raise SEADInputError("a profile must be a JSON object", path=path, line=line)
+    known = (*space.sampled_names, *BEHAVIOUR_KEYS)
+    unknown = sorted(str(k) for k in obj if k not in known)
+    if unknown:
+        raise SEADInputError(
+            f"unknown field(s) {unknown} (a profile holds {', '.join(known)})", path=path, line=line, field=unknown[0]
+        )
+    if all(k in obj for k in BEHAVIOUR_KEYS):
+        raise SEADInputError("give behaviours or behaviors, not both", path=path, line=line, field="behaviours")
     state = {}
     for dim in space.sampled:
         if dim.name not in obj:
@@ -51,15 +71,28 @@ def profile_from_dict(obj, space: ProfileSpace, library: BehaviourLibrary | None
         try:
             behaviours = json.loads(behaviours)
         except json.JSONDecodeError:
-            raise SEADInputError("not a list or a JSON list of strings", path=path, line=line,
-                                 field="behaviours") from None
+            raise SEADInputError(
+                "not a list or a JSON list of strings", path=path, line=line, field="behaviours"
+            ) from None
     if not isinstance(behaviours, list) or not all(isinstance(b, str) for b in behaviours):
         raise SEADInputError("must be a list of behaviour strings", path=path, line=line, field="behaviours")
+    repeated = sorted({b for b in behaviours if behaviours.count(b) > 1})
+    if repeated:
+        raise SEADInputError(f"behaviours repeat: {repeated}", path=path, line=line, field="behaviours")
+    if max_behaviours is not None and len(behaviours) > max_behaviours:
+        raise SEADInputError(
+            f"{len(behaviours)} behaviours, more than the scenario's maximum of {max_behaviours} "
+            "(scenario.behaviours_per_profile.max)",
+            path=path,
+            line=line,
+            field="behaviours",
+        )
     if library is not None:
         for b in behaviours:
             if b not in library:
-                raise SEADInputError(f"unknown behaviour {b!r} (not in {library.source})",
-                                     path=path, line=line, field="behaviours")
+                raise SEADInputError(
+                    f"unknown behaviour {b!r} (not in {library.source})", path=path, line=line, field="behaviours"
+                )
     return Profile.make(state, behaviours)
 
 
@@ -81,21 +114,30 @@ def write_profiles(profiles: list[Profile], path: str | Path) -> Path:
     return path
 
 
-def read_profiles(path: str | Path, space: ProfileSpace, library: BehaviourLibrary | None) -> list[Profile]:
+def read_profiles(
+    path: str | Path, space: ProfileSpace, library: BehaviourLibrary | None, *, max_behaviours: int | None = None
+) -> list[Profile]:
+    """Every profile of a JSONL or parquet file, validated; an empty file is an error, as a run could not use it."""
     path = Path(path)
-    if not path.exists():
-        raise SEADInputError("profile file not found", path=path)
     if path.suffix == ".parquet":
-        import pandas as pd
-
-        try:
-            records = pd.read_parquet(path).to_dict("records")
-        except Exception as e:  # pyarrow raises several types for a corrupt file
-            raise SEADInputError(f"cannot read parquet: {e}", path=path) from None
-        # Rows are numbered from 1 like lines, so messages read the same for both formats.
-        return [profile_from_dict(r, space, library, path=path, line=i) for i, r in enumerate(records, start=1)]
-    profiles = [profile_from_dict(obj, space, library, path=path, line=lineno)
-                for lineno, obj in jsonl_records(path.read_text(encoding="utf-8"), path)]
+        records = enumerate(_parquet_records(path), start=1)
+    else:
+        records = jsonl_records(read_user_text(path, "profile file"), path)
+    profiles = [
+        profile_from_dict(obj, space, library, path=path, line=line, max_behaviours=max_behaviours)
+        for line, obj in records
+    ]
     if not profiles:
-        raise SEADInputError("profile file holds no profiles", path=path)
+        raise SEADInputError("profile file is empty: it holds no profiles", path=path)
     return profiles
+
+
+def _parquet_records(path: Path) -> list[dict]:
+    """Rows of a parquet profile file; they are numbered from 1 like lines, so messages read the same."""
+    import pandas as pd
+
+    raw = read_user_bytes(path, "profile file")
+    try:
+        return pd.read_parquet(io.BytesIO(raw)).to_dict("records")
+    except Exception as e:  # pyarrow raises several types for a corrupt file
+        raise SEADInputError(f"cannot read parquet: {e}", path=path) from None

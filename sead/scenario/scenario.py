@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from sead.errors import SEADInputError
 from sead.scenario.behaviours import BehaviourLibrary
 from sead.scenario.profile_space import ProfileSpace, normalise_distribution
-from sead.scenario.profiles import Profile
+from sead.scenario.profiles import Profile, read_profiles
 from sead.scenario.tags import TagSchema
 from sead.scenario.template import PromptTemplate
 
 BEHAVIOURS_PLACEHOLDER = "specific_behaviors"
 NO_BEHAVIOUR_LINE = "- (no specific behaviour: react naturally to the call)"
+SCENARIO_KEYS = (
+    "name",
+    "description",
+    "agent_prompt",
+    "user_prompt",
+    "behaviour_library",
+    "rules",
+    "stages",
+    "dimensions",
+    "behaviours_per_profile",
+    "default_marginals",
+)
 
 
 @dataclass
@@ -44,26 +56,33 @@ class Scenario:
         return self.user_prompt.render(values)
 
     @classmethod
-    def from_config(cls, cfg: Mapping, root: str | Path) -> "Scenario":
-        """Build from the `scenario` config group; file paths are relative to the project root."""
+    def from_config(cls, cfg: Mapping, root: str | Path) -> Scenario:
+        """Build from the `scenario` config group; file paths are relative to the project root.
+
+        Every file of the scenario is read and checked here, the rules file included, so `sead scenario check`
+        (which builds the scenario the same way) fails on any scenario problem that `sead train` would hit."""
         root = Path(root)
+        unknown = sorted(set(cfg) - set(SCENARIO_KEYS))
+        if unknown:
+            raise SEADInputError(
+                f"unknown key(s) {unknown} (known: {', '.join(SCENARIO_KEYS)})", field=f"scenario.{unknown[0]}"
+            )
         space = ProfileSpace.from_config(cfg.get("dimensions") or {})
-        stages = tuple(str(s) for s in (cfg.get("stages") or ()))
-        if not stages:
-            raise SEADInputError("a scenario needs at least one SOP stage", field="scenario.stages")
+        stages = _stages(cfg.get("stages"))
         user_placeholders = [f"initial_{n}" for n in space.sampled_names] + [BEHAVIOURS_PLACEHOLDER]
         lo, hi = _behaviour_count(cfg.get("behaviours_per_profile") or {"min": 1, "max": 3})
         library = BehaviourLibrary.load(_path(root, cfg, "behaviour_library"))
         if hi > len(library):
-            raise SEADInputError(f"asks for up to {hi} behaviours but the library has {len(library)}",
-                                 field="scenario.behaviours_per_profile.max")
-        marginals = {}
-        for dim in space.sampled:
-            spec = (cfg.get("default_marginals") or {}).get(dim.name)
-            field = f"scenario.default_marginals.{dim.name}"
-            marginals[dim.name] = (normalise_distribution(spec, dim, field=field) if spec is not None
-                                   else {v: 1 / len(dim.allowed) for v in dim.allowed})
-        rules = cfg.get("rules")
+            raise SEADInputError(
+                f"asks for up to {hi} behaviours but the library has {len(library)}",
+                field="scenario.behaviours_per_profile.max",
+            )
+        rules_path = _path(root, cfg, "rules") if cfg.get("rules") is not None else None
+        if rules_path is not None:
+            # Imported here: sead.usersim's package imports this module.
+            from sead.usersim.rules_file import load_rules
+
+            load_rules(rules_path, stages, library.categories)
         return cls(
             name=str(cfg.get("name") or "unnamed"),
             description=str(cfg.get("description") or ""),
@@ -73,38 +92,82 @@ class Scenario:
             user_prompt=PromptTemplate.load(_path(root, cfg, "user_prompt"), required=user_placeholders),
             library=library,
             behaviours_per_profile=(lo, hi),
-            default_marginals=marginals,
-            rules_path=(root / rules) if rules else None,
+            default_marginals=_default_marginals(cfg.get("default_marginals") or {}, space),
+            rules_path=rules_path,
         )
+
+    def read_profiles(self, path: str | Path) -> list[Profile]:
+        """A profile file checked against this scenario: ranges, library and the number of behaviours."""
+        return read_profiles(path, self.space, self.library, max_behaviours=self.behaviours_per_profile[1])
 
     def summary(self) -> dict:
         return {
             "name": self.name,
             "stages": list(self.stages),
-            "dimensions": {d.name: {"range": [d.low, d.high], "sampled": d.sampled, "allowed": list(d.allowed)}
-                           for d in self.space.dimensions},
+            "dimensions": {
+                d.name: {"range": [d.low, d.high], "sampled": d.sampled, "allowed": list(d.allowed)}
+                for d in self.space.dimensions
+            },
             "joint_states": len(self.space.states()),
             "behaviours": len(self.library),
             "categories": self.library.categories,
             "behaviours_per_profile": list(self.behaviours_per_profile),
             "agent_prompt": {"file": self.agent_prompt.source, "words": len(self.agent_prompt.text.split())},
-            "user_prompt": {"file": self.user_prompt.source, "words": len(self.user_prompt.text.split()),
-                            "placeholders": sorted(self.user_prompt.placeholders)},
+            "user_prompt": {
+                "file": self.user_prompt.source,
+                "words": len(self.user_prompt.text.split()),
+                "placeholders": sorted(self.user_prompt.placeholders),
+            },
         }
 
 
 def _path(root: Path, cfg: Mapping, key: str) -> Path:
     value = cfg.get(key)
-    if not value:
-        raise SEADInputError("a file path is required", field=f"scenario.{key}")
-    return root / str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise SEADInputError(f"a file path is required, got {value!r}", field=f"scenario.{key}")
+    return root / value
+
+
+def _stages(value) -> tuple[str, ...]:
+    field = "scenario.stages"
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SEADInputError(f"must be a non-empty list of SOP stage names, got {value!r}", field=field)
+    for i, stage in enumerate(value):
+        if not isinstance(stage, str) or not stage.strip():
+            raise SEADInputError(f"must be a stage name, got {stage!r}", field=f"{field}[{i}]")
+    repeated = sorted({s for s in value if value.count(s) > 1})
+    if repeated:
+        raise SEADInputError(f"stage names repeat: {repeated}", field=field)
+    return tuple(value)
+
+
+def _default_marginals(spec: Mapping, space: ProfileSpace) -> dict[str, dict[int, float]]:
+    """Each sampled dimension's marginal as given, or uniform over its allowed values."""
+    field = "scenario.default_marginals"
+    if not isinstance(spec, Mapping):
+        raise SEADInputError("must map sampled dimensions to {value: probability}", field=field)
+    unknown = sorted(set(spec) - set(space.sampled_names))
+    if unknown:
+        raise SEADInputError(
+            f"{unknown} not sampled dimensions (sampled: {', '.join(space.sampled_names)})",
+            field=f"{field}.{unknown[0]}",
+        )
+    return {
+        d.name: (
+            normalise_distribution(spec[d.name], d, field=f"{field}.{d.name}")
+            if d.name in spec
+            else {v: 1 / len(d.allowed) for v in d.allowed}
+        )
+        for d in space.sampled
+    }
 
 
 def _behaviour_count(spec: Mapping) -> tuple[int, int]:
-    try:
-        lo, hi = int(spec["min"]), int(spec["max"])
-    except (KeyError, TypeError, ValueError):
-        raise SEADInputError("needs integer 'min' and 'max'", field="scenario.behaviours_per_profile") from None
+    if not isinstance(spec, Mapping) or set(spec) != {"min", "max"}:
+        raise SEADInputError(f"must be {{min: N, max: M}}, got {spec!r}", field="scenario.behaviours_per_profile")
+    lo, hi = spec["min"], spec["max"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
+        raise SEADInputError("needs integer 'min' and 'max'", field="scenario.behaviours_per_profile")
     if not 0 <= lo <= hi:
         raise SEADInputError(f"need 0 <= min <= max, got {lo}..{hi}", field="scenario.behaviours_per_profile")
     return lo, hi

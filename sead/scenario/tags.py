@@ -8,8 +8,8 @@ dimensions: the agent predicts `<{dim}_score>`, the user reports `<user_{dim}>`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Mapping
 
 from sead.scenario.profile_space import ProfileSpace
 
@@ -74,8 +74,7 @@ class TagSchema:
         response = found.get("response")
         if response is None:
             problems.append("missing <response>")
-        portrait = {d.name: _read_int(found, f"{d.name}_score", d.low, d.high, problems)
-                    for d in self.space.dimensions}
+        portrait = {d.name: _read_int(found, f"{d.name}_score", d.low, d.high, problems) for d in self.space.dimensions}
         stage = _read_int(found, "stage", 0, self.num_stages - 1, problems)
         status = _read_status(found, "status", problems)
         return AgentTurn(text, response, portrait, stage, status, found.get("think"), problems)

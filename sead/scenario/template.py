@@ -7,10 +7,10 @@ missing required one is an error that names the file and line.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, read_user_text
 
 # `${name}` or `{name}`; `{{` and `}}` are literal braces. Only identifier-like names count as placeholders.
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
@@ -23,16 +23,13 @@ class PromptTemplate:
         self.placeholders = placeholders  # name -> first line it appears on
 
     @classmethod
-    def load(cls, path: str | Path, *, required: Iterable[str] = (), allowed: Iterable[str] = ()) -> "PromptTemplate":
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise SEADInputError(f"cannot read prompt template: {e.strerror}", path=path) from None
-        return cls.parse(text, str(path), required=required, allowed=allowed)
+    def load(cls, path: str | Path, *, required: Iterable[str] = (), allowed: Iterable[str] = ()) -> PromptTemplate:
+        return cls.parse(read_user_text(path, "prompt template"), str(path), required=required, allowed=allowed)
 
     @classmethod
-    def parse(cls, text: str, source: str, *, required: Iterable[str] = (), allowed: Iterable[str] = ()) -> "PromptTemplate":
+    def parse(
+        cls, text: str, source: str, *, required: Iterable[str] = (), allowed: Iterable[str] = ()
+    ) -> PromptTemplate:
         required = set(required)
         known = required | set(allowed)
         if not text.strip():
@@ -43,13 +40,18 @@ class PromptTemplate:
             line = text.count("\n", 0, m.start()) + 1
             if name not in known:
                 hint = f"known: {', '.join(sorted(known))}" if known else "this template takes no placeholders"
-                raise SEADInputError(f"unknown placeholder {m.group(0)} ({hint}; write {{{{ }}}} for a literal brace)",
-                                     path=source, line=line, field=name)
+                raise SEADInputError(
+                    f"unknown placeholder {m.group(0)} ({hint}; write {{{{ }}}} for a literal brace)",
+                    path=source,
+                    line=line,
+                    field=name,
+                )
             found.setdefault(name, line)
         missing = sorted(required - set(found))
         if missing:
-            raise SEADInputError(f"missing required placeholder(s): {', '.join('${' + m + '}' for m in missing)}",
-                                 path=source)
+            raise SEADInputError(
+                f"missing required placeholder(s): {', '.join('${' + m + '}' for m in missing)}", path=source
+            )
         return cls(text, source, found)
 
     def render(self, values: Mapping[str, object]) -> str:

@@ -18,8 +18,8 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Mapping, Sequence
 
 Responder = Callable[[dict], str]
 
@@ -37,8 +37,9 @@ def scripted_user_turn(finish_after: int = 3, state: Mapping[str, int] | None = 
     state = dict(state or {"cooperation": 3, "emotion": 2, "trust": 3, "noise": 0})
 
     def respond(body: dict) -> str:
-        heard = sum(str(m.get("content", "")).count("</response>")
-                    for m in body.get("messages", []) if m.get("role") == "user")
+        heard = sum(
+            str(m.get("content", "")).count("</response>") for m in body.get("messages", []) if m.get("role") == "user"
+        )
         status = 1 if heard >= finish_after else 0
         lines = ["<user_think>Fine, let's hear it.</user_think>", f"<user_reply>Okay, go on ({heard}).</user_reply>"]
         lines += [f"<user_{k}>{v}</user_{k}>" for k, v in state.items()]
@@ -65,11 +66,15 @@ class FakeOpenAIServer:
         self.port = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/v1"
         # A short poll interval makes kill() return within ~50 ms.
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"fake-openai-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-openai-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -150,8 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         if self.path.rstrip("/") != "/v1/models":
             return self._json(404, {"error": {"message": f"no route {self.path}"}})
-        self._json(200, {"object": "list",
-                         "data": [{"id": fake.model, "object": "model", "owned_by": "sead-fake"}]})
+        self._json(200, {"object": "list", "data": [{"id": fake.model, "object": "model", "owned_by": "sead-fake"}]})
 
     def do_POST(self):
         fake = self.server.fake
@@ -172,8 +176,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if kind in ("http500", "http429"):
             status = int(kind[4:])
-            return self._json(status, {"error": {"message": f"injected fault {kind}", "type": "fake"}},
-                              [("Retry-After", "1")] if status == 429 else [])
+            return self._json(
+                status,
+                {"error": {"message": f"injected fault {kind}", "type": "fake"}},
+                [("Retry-After", "1")] if status == 429 else [],
+            )
         if kind == "empty":
             content = ""
         elif kind == "garbage":
@@ -188,8 +195,9 @@ class _Handler(BaseHTTPRequestHandler):
             payload["choices"] = []
         self._json(200, payload, trickle_s=seconds if kind == "trickle" else 0.0)
 
-    def _json(self, status: int, payload: dict, headers: Sequence[tuple[str, str]] = (),
-              trickle_s: float = 0.0) -> None:
+    def _json(
+        self, status: int, payload: dict, headers: Sequence[tuple[str, str]] = (), trickle_s: float = 0.0
+    ) -> None:
         data = json.dumps(payload).encode()
         step = -(-len(data) // TRICKLE_PIECES) if trickle_s else len(data)
         try:
@@ -203,7 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if start and not self.server.fake._sleep(trickle_s / TRICKLE_PIECES):
                     self.close_connection = True
                     return
-                self.wfile.write(data[start:start + step])
+                self.wfile.write(data[start : start + step])
                 self.wfile.flush()
         except OSError:
             self.close_connection = True  # the client gave up (e.g. after its timeout) before we answered
@@ -219,8 +227,11 @@ def _completion(body: dict, content: str, model: str) -> dict:
         "created": int(time.time()),
         "model": body.get("model", model),
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 

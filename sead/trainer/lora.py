@@ -11,15 +11,18 @@ import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sead.config import number
+
 
 @dataclass
 class LoraSettings:
     enabled: bool = False
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                               "gate_proj", "up_proj", "down_proj"])
+    r: int = number(16, ge=1)
+    alpha: int = number(32, ge=1)
+    dropout: float = number(0.0, ge=0, lt=1)
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
 
 
 def wrap(model, cfg: LoraSettings, adapter_dir: Path | None = None):
@@ -28,17 +31,25 @@ def wrap(model, cfg: LoraSettings, adapter_dir: Path | None = None):
 
     if adapter_dir is not None:
         return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
-    return get_peft_model(model, LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
-                                            target_modules=list(cfg.target_modules), task_type="CAUSAL_LM"))
+    return get_peft_model(
+        model,
+        LoraConfig(
+            r=cfg.r,
+            lora_alpha=cfg.alpha,
+            lora_dropout=cfg.dropout,
+            target_modules=list(cfg.target_modules),
+            task_type="CAUSAL_LM",
+        ),
+    )
 
 
 def is_lora(model) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "merge_and_unload")
 
 
-def save(model, tokenizer, folder: Path) -> None:
-    """`folder/model`: merged HF model; `folder/adapter`: the adapter alone, for resuming."""
-    model.save_pretrained(folder / "adapter")
+def save(model, tokenizer, *, model_dir: Path, adapter_dir: Path) -> None:
+    """The merged model as a plain HF folder, and the adapter alone, for resuming."""
+    model.save_pretrained(adapter_dir)
     merged = copy.deepcopy(model).merge_and_unload()
-    merged.save_pretrained(folder / "model", safe_serialization=True)
-    tokenizer.save_pretrained(folder / "model")
+    merged.save_pretrained(model_dir, safe_serialization=True)
+    tokenizer.save_pretrained(model_dir)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def grpo_advantages(rewards: torch.Tensor, groups: torch.Tensor, *, eps: float = 1e-6,
-                    normalise_std: bool = True) -> torch.Tensor:
+def grpo_advantages(
+    rewards: torch.Tensor, groups: torch.Tensor, *, eps: float = 1e-6, normalise_std: bool = True
+) -> torch.Tensor:
     """(r - mean of its group) / (std of its group + eps); sample std, as the original. A group of one, or
     a group whose rewards are all equal, gets advantage 0."""
     adv = torch.zeros_like(rewards)
@@ -28,8 +29,9 @@ def low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.exp(d) - d - 1.0, -10.0, 10.0)
 
 
-def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, *, clip_low: float = 0.2,
-                        clip_high: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_policy_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.2
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO clipped surrogate (to minimise) and whether the clip was active.
     Separate low/high bounds allow DAPO's clip-higher (clip_high > clip_low)."""
     ratio = torch.exp(logp - old_logp)
@@ -49,8 +51,9 @@ def token_mean(values: torch.Tensor, total_tokens: int) -> torch.Tensor:
     return values.sum() / max(1, total_tokens)
 
 
-def gae(values: torch.Tensor, reward: float, *, gamma: float = 1.0, lam: float = 0.95,
-        bootstrap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(
+    values: torch.Tensor, reward: float, *, gamma: float = 1.0, lam: float = 0.95, bootstrap: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over one episode's agent tokens (in order) with the outcome reward
     on the last token. Returns (advantages, returns = advantages + values)."""
     T = values.numel()
@@ -65,8 +68,9 @@ def gae(values: torch.Tensor, reward: float, *, gamma: float = 1.0, lam: float =
     return adv, adv + values.float()
 
 
-def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-                       clip: float = 0.2) -> torch.Tensor:
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float = 0.2
+) -> torch.Tensor:
     """Per-token PPO value loss with the prediction kept within `clip` of the rollout-time value."""
     clipped = old_values + torch.clamp(values - old_values, -clip, clip)
     return 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)

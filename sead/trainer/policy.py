@@ -40,8 +40,18 @@ def weights_version(model) -> int:
 class HFPolicy(BatchingPolicy):
     name = "hf"
 
-    def __init__(self, model, tokenizer, sampling: SamplingConfig, *, max_batch: int = 16, label: str = "",
-                 share_prefix: bool = True, min_prefix: int = 16, turn_cache_mb: float = 4096):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        sampling: SamplingConfig,
+        *,
+        max_batch: int = 16,
+        label: str = "",
+        share_prefix: bool = True,
+        min_prefix: int = 16,
+        turn_cache_mb: float = 4096,
+    ):
         super().__init__(max_batch)
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.label = label
@@ -66,18 +76,18 @@ class HFPolicy(BatchingPolicy):
         prefix, prefix_kv = self._shared_prefix(prompts, version)
         hits = [self.turns.lookup(p, prefix) if self.turns.enabled else None for p in prompts]
         P, rows = len(prefix), len(requests)
-        cached = [len(h.ids) - P if h else 0 for h in hits]      # each row's own positions already computed
-        new = [p[P + c:] for p, c in zip(prompts, cached)]       # what this call runs through the model
+        cached = [len(h.ids) - P if h else 0 for h in hits]  # each row's own positions already computed
+        new = [p[P + c :] for p, c in zip(prompts, cached)]  # what this call runs through the model
         C, S = max(cached), max(len(n) for n in new)
         ids = torch.full((rows, S), pad, dtype=torch.long)
         attn = torch.zeros((rows, P + C + S), dtype=torch.long)
         attn[:, :P] = 1
         pos = torch.zeros_like(ids)
         for i, (c, own) in enumerate(zip(cached, new)):
-            attn[i, P + C - c:P + C] = 1
-            ids[i, S - len(own):] = torch.tensor(own)
-            attn[i, P + C + S - len(own):] = 1
-            pos[i, S - len(own):] = torch.arange(P + c, P + c + len(own))
+            attn[i, P + C - c : P + C] = 1
+            ids[i, S - len(own) :] = torch.tensor(own)
+            attn[i, P + C + S - len(own) :] = 1
+            pos[i, S - len(own) :] = torch.arange(P + c, P + c + len(own))
         ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
         limits = [r.max_new_tokens for r in requests]
         past = self._batch_cache(prefix_kv, hits, cached, C, rows, reserve=S + max(limits))
@@ -85,8 +95,9 @@ class HFPolicy(BatchingPolicy):
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lp: list[list[float]] = [[] for _ in requests]
         live = list(range(rows))  # rows still sampling
-        step = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True,
-                     logits_to_keep=1)
+        step = model(
+            input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True, logits_to_keep=1
+        )
         cache, last_pos = step.past_key_values, pos[:, -1]
         nxt = torch.full((rows,), pad, dtype=torch.long)
         for _ in range(max(limits)):
@@ -101,8 +112,13 @@ class HFPolicy(BatchingPolicy):
                 break
             attn = torch.cat([attn, torch.ones((rows, 1), dtype=attn.dtype, device=device)], dim=1)
             last_pos = last_pos + 1
-            step = model(input_ids=nxt[:, None].to(device), attention_mask=attn, position_ids=last_pos[:, None],
-                         past_key_values=cache, use_cache=True)
+            step = model(
+                input_ids=nxt[:, None].to(device),
+                attention_mask=attn,
+                position_ids=last_pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
             cache = step.past_key_values
         if self.turns.enabled:
             self._keep_turns(cache, prompts, prefix, hits, cached, new, out_ids, C, S)
@@ -118,7 +134,7 @@ class HFPolicy(BatchingPolicy):
         shortest = min(len(p) for p in prompts)
         if self._prefix is not None:
             v, ids, kv = self._prefix
-            if v == version and len(ids) < shortest and all(p[:len(ids)] == ids for p in prompts):
+            if v == version and len(ids) < shortest and all(p[: len(ids)] == ids for p in prompts):
                 return ids, kv
         k = common_prefix_length(prompts, shortest - 1)  # every row keeps at least one token of its own
         if k < self.min_prefix:
@@ -146,7 +162,7 @@ class HFPolicy(BatchingPolicy):
                     full[:, :, :P] = prefix_kv[layer][j]
                 for i, (h, c) in enumerate(zip(hits, cached)):
                     if c:
-                        full[i, :, P + C - c:] = h.kv[layer][j][0]
+                        full[i, :, P + C - c :] = h.kv[layer][j][0]
                 keys_values.append(full)
             cache.update(*keys_values, layer)
         return cache
@@ -157,9 +173,17 @@ class HFPolicy(BatchingPolicy):
         P = len(prefix)
         for i, prompt in enumerate(prompts):
             n = len(out_ids[i]) - 1
-            keep = torch.cat([torch.arange(P + C - cached[i], P + C), torch.arange(P + C + S - len(new[i]), P + C + S),
-                              torch.arange(P + C + S, P + C + S + n)]).to(cache.layers[0].keys.device)
-            kv = [(layer.keys[i:i + 1].index_select(2, keep), layer.values[i:i + 1].index_select(2, keep))
-                  for layer in cache.layers]
-            self.turns.store(CachedTurn(prompt + tuple(out_ids[i][:n]), prefix, kv),
-                             replaces=hits[i].ids if hits[i] else None)
+            keep = torch.cat(
+                [
+                    torch.arange(P + C - cached[i], P + C),
+                    torch.arange(P + C + S - len(new[i]), P + C + S),
+                    torch.arange(P + C + S, P + C + S + n),
+                ]
+            ).to(cache.layers[0].keys.device)
+            kv = [
+                (layer.keys[i : i + 1].index_select(2, keep), layer.values[i : i + 1].index_select(2, keep))
+                for layer in cache.layers
+            ]
+            self.turns.store(
+                CachedTurn(prompt + tuple(out_ids[i][:n]), prefix, kv), replaces=hits[i].ids if hits[i] else None
+            )

@@ -12,18 +12,21 @@ from dataclasses import dataclass
 
 import torch
 
+from sead.config import number
+
 _CANDIDATES = 256
 
 
 @dataclass
 class SamplingConfig:
-    temperature: float = 1.2   # 0 = greedy
-    top_p: float = 0.95
-    top_k: int = 0             # 0 = off
+    temperature: float = number(1.2, ge=0)  # 0 = greedy
+    top_p: float = number(0.95, gt=0, le=1)
+    top_k: int = number(0, ge=0)  # 0 = off
 
 
-def pick_tokens(logits: torch.Tensor, gens: list[torch.Generator],
-                cfg: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def pick_tokens(
+    logits: torch.Tensor, gens: list[torch.Generator], cfg: SamplingConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Next token per row of `logits` (rows x vocabulary, float) and its log-prob under the temperature-scaled
     distribution before any filtering (what the training forward computes)."""
     if cfg.temperature <= 0:
@@ -54,8 +57,11 @@ def _nucleus_tokens(scaled: torch.Tensor, u: torch.Tensor, top_k: int, top_p: fl
     vocab = scaled.shape[-1]
     width = min(top_k, _CANDIDATES)
     vals, idx = torch.topk(scaled, width, dim=-1)
-    norm = torch.logsumexp(scaled if top_k == vocab else vals if width == top_k
-                           else torch.topk(scaled, top_k, dim=-1).values, -1, keepdim=True)
+    norm = torch.logsumexp(
+        scaled if top_k == vocab else vals if width == top_k else torch.topk(scaled, top_k, dim=-1).values,
+        -1,
+        keepdim=True,
+    )
     p = (vals - norm).exp()
     keep = (p.cumsum(-1) - p) <= top_p  # a token stays while the mass before it is within top_p
     out = idx.gather(1, _inverse_cdf(p * keep, u)[:, None])[:, 0]
@@ -63,5 +69,5 @@ def _nucleus_tokens(scaled: torch.Tensor, u: torch.Tensor, top_k: int, top_p: fl
         for i in keep[:, -1].nonzero()[:, 0].tolist():
             v, ix = torch.topk(scaled[i], top_k)
             pi = (v - norm[i]).exp()
-            out[i] = ix[_inverse_cdf((pi * ((pi.cumsum(-1) - pi) <= top_p))[None], u[i:i + 1])[0]]
+            out[i] = ix[_inverse_cdf((pi * ((pi.cumsum(-1) - pi) <= top_p))[None], u[i : i + 1])[0]]
     return out

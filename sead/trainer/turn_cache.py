@@ -13,8 +13,8 @@ so a miss only costs the recomputation.
 from __future__ import annotations
 
 from collections import OrderedDict
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from transformers import DynamicCache
@@ -25,9 +25,9 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys and values, (1, 
 
 @dataclass
 class CachedTurn:
-    ids: tuple[int, ...]    # every token the entry covers, prefix included
+    ids: tuple[int, ...]  # every token the entry covers, prefix included
     prefix: tuple[int, ...]  # the shared prefix its keys/values follow
-    kv: KV                  # positions len(prefix) .. len(ids)
+    kv: KV  # positions len(prefix) .. len(ids)
 
     @property
     def nbytes(self) -> int:
@@ -60,8 +60,12 @@ class TurnCache:
         """The longest entry after `prefix` whose ids start `prompt`, leaving the prompt at least one new token."""
         best = None
         for key, entry in self._entries.items():
-            if (len(prefix) < len(key) < len(prompt) and (best is None or len(key) > len(best.ids))
-                    and entry.prefix == prefix and prompt[:len(key)] == key):
+            if (
+                len(prefix) < len(key) < len(prompt)
+                and (best is None or len(key) > len(best.ids))
+                and entry.prefix == prefix
+                and prompt[: len(key)] == key
+            ):
                 best = entry
         if best is None:
             self.misses += 1
@@ -109,11 +113,11 @@ class _GrowingLayer(DynamicLayer):
             kbuf = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
             vbuf = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
             if self._len:
-                kbuf[..., :self._len, :] = self._kbuf[..., :self._len, :]
-                vbuf[..., :self._len, :] = self._vbuf[..., :self._len, :]
+                kbuf[..., : self._len, :] = self._kbuf[..., : self._len, :]
+                vbuf[..., : self._len, :] = self._vbuf[..., : self._len, :]
             self._kbuf, self._vbuf = kbuf, vbuf
-        self._kbuf[..., self._len:end, :] = key_states
-        self._vbuf[..., self._len:end, :] = value_states
+        self._kbuf[..., self._len : end, :] = key_states
+        self._vbuf[..., self._len : end, :] = value_states
         self._len = end
         self.keys, self.values = self._kbuf[..., :end, :], self._vbuf[..., :end, :]
         return self.keys, self.values

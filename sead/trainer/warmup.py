@@ -17,46 +17,73 @@ from pathlib import Path
 import torch
 
 from sead.agents.scripted import ReferenceAgent
-from sead.dialogue import EpisodeJob, RolloutLog, run_batch
+from sead.config import number
+from sead.dialogue import EpisodeJob, RolloutLog, RunnerConfig, run_batch
+from sead.dialogue.seeds import warmup_episode_seed
 from sead.errors import SEADInputError
-from sead.models.loading import load_model
-from sead.trainer.update import Sequence, masked_logprobs
+from sead.models.loading import ModelConfig, load_model
+from sead.run.fixed_profiles import fixed_profiles
+from sead.run.layout import WarmupFolder
+from sead.scenario.scenario import Scenario
+from sead.trainer.estimators import Sequence
+from sead.trainer.update import masked_logprobs
+from sead.usersim.base import UserSimulator
 
 
 @dataclass
 class WarmupConfig:
-    dialogues: int = 0          # 0 = no warm-up
-    epochs: int = 1
-    lr: float = 1e-4
-    micro_batch: int = 2
+    dialogues: int = number(0, ge=0)  # 0 = no warm-up
+    epochs: int = number(1, ge=1)
+    lr: float = number(1e-4, gt=0)
+    micro_batch: int = number(2, ge=1)
     successful_only: bool = True  # imitate only dialogues the reference agent won
-    seed: int = 77
-    max_turns: int = 15         # the reference agent's dialogues run to their natural end ...
-    max_new_tokens: int = 200   # ... with room for its full tag block, whatever the RL settings are
-    max_minutes: float | None = None  # stop fine-tuning when the warm-up has taken this long (None = off)
+    seed: int = number(77, ge=0)
+    max_turns: int = number(15, ge=1)  # the reference agent's dialogues run to their natural end ...
+    max_new_tokens: int = number(200, ge=1)  # ... with room for its full tag block, whatever the RL settings are
+    max_minutes: float | None = number(None, gt=0)  # stop fine-tuning when the warm-up has taken this long (None = off)
     # An earlier run's `warmup/` directory: start from the model it saved instead of warming up again, and count
     # the minutes that warm-up took as this run's training time (RL settings can be tried from one warm-up).
     reuse: str | None = None
 
 
-async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
-    """Play the reference agent, then fine-tune the policy on its turns. Returns summary numbers."""
+async def warmup(
+    cfg: WarmupConfig,
+    *,
+    model,
+    tokenizer,
+    scenario: Scenario,
+    user: UserSimulator,
+    runner_cfg: RunnerConfig,
+    out: WarmupFolder,
+    progress,
+) -> dict:
+    """Play the reference agent against `user`, log its dialogues to `out`, then fine-tune `model` on its turns.
+    Returns summary numbers."""
     started = time.perf_counter()
-    agent = ReferenceAgent(trainer.scenario, trainer.tokenizer)
-    profiles = trainer.controller_for_warmup.sample(cfg.dialogues)
-    jobs = [EpisodeJob(p, seed=cfg.seed * 104_729 + i, episode_id=f"warmup{i}") for i, p in enumerate(profiles)]
+    agent = ReferenceAgent(scenario, tokenizer)
+    # Their own seeded draws: the controller's stay those of the RL run.
+    profiles = fixed_profiles(scenario, cfg.dialogues, cfg.seed)
+    jobs = [
+        EpisodeJob(p, seed=warmup_episode_seed(cfg.seed, i), episode_id=f"warmup{i}") for i, p in enumerate(profiles)
+    ]
     task = progress.add_task("warm-up dialogues", total=len(jobs))
-    with RolloutLog(trainer.run_dir / "warmup" / "dialogues.jsonl", fresh=True) as log:
-        episodes = await run_batch(jobs, scenario=trainer.scenario, agent=agent, user=trainer.user,
-                                   tokenizer=trainer.tokenizer, log=log,
-                                   cfg=replace(trainer.runner_cfg, max_turns=cfg.max_turns,
-                                               max_new_tokens=cfg.max_new_tokens),
-                                   on_done=lambda ep: progress.advance(task))
+    with RolloutLog(out.dialogues, fresh=True) as log:
+        episodes = await run_batch(
+            jobs,
+            scenario=scenario,
+            agent=agent,
+            user=user,
+            tokenizer=tokenizer,
+            log=log,
+            cfg=replace(runner_cfg, max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens),
+            on_done=lambda ep: progress.advance(task),
+        )
     progress.remove_task(task)
-    chosen = [e for e in episodes if e.success or not cfg.successful_only]
-    seqs = [Sequence(torch.tensor(s.ids), torch.tensor(s.mask), 0.0) for e in chosen for s in e.segments
-            if sum(s.mask)]
-    model = trainer.model
+    # A dialogue the simulator broke off says nothing about the reference agent: neither imitated nor counted
+    # (as in sead.metrics).
+    played = [e for e in episodes if not e.sim_error]
+    chosen = [e for e in played if e.success or not cfg.successful_only]
+    seqs = [Sequence(torch.tensor(s.ids), torch.tensor(s.mask), 0.0) for e in chosen for s in e.segments if sum(s.mask)]
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
     order = random.Random(cfg.seed)
     task = progress.add_task("warm-up fine-tuning", total=cfg.epochs * max(1, -(-len(seqs) // cfg.micro_batch)))
@@ -68,7 +95,7 @@ async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
         for i in range(0, len(seqs), cfg.micro_batch):
             if deadline is not None and time.perf_counter() >= deadline:
                 break
-            batch = seqs[i:i + cfg.micro_batch]
+            batch = seqs[i : i + cfg.micro_batch]
             logps = masked_logprobs(model, batch, temperature=1.0).logps
             loss = -torch.cat(logps).mean()
             opt.zero_grad(set_to_none=True)
@@ -79,30 +106,52 @@ async def warmup(trainer, cfg: WarmupConfig, progress) -> dict:
             trained += len(batch)
             progress.advance(task)
     progress.remove_task(task)
-    return {"dialogues": len(episodes), "imitated": len(chosen), "sequences": len(seqs),
-            "sequences_trained": trained, "stopped_by_time": trained < cfg.epochs * len(seqs),
-            "minutes": (time.perf_counter() - started) / 60,
-            "reference_CR": sum(e.success for e in episodes) / max(1, len(episodes)),
-            # means of the first and last (up to) five optimiser steps: one dialogue's loss alone is noisy
-            "nll_first": _mean(losses[:5]), "nll_last": _mean(losses[-5:])}
+    return {
+        "dialogues": len(episodes),
+        "sim_errors": len(episodes) - len(played),
+        "imitated": len(chosen),
+        "sequences": len(seqs),
+        "sequences_trained": trained,
+        "stopped_by_time": trained < cfg.epochs * len(seqs),
+        "minutes": (time.perf_counter() - started) / 60,
+        "reference_CR": sum(e.success for e in played) / len(played) if played else None,
+        # means of the first and last (up to) five optimiser steps: one dialogue's loss alone is noisy
+        "nll_first": _mean(losses[:5]),
+        "nll_last": _mean(losses[-5:]),
+    }
 
 
-def reuse_warmup(trainer, src: str) -> dict:
-    """Load the policy an earlier warm-up saved into `trainer.model`; returns that warm-up's summary."""
-    where = Path(src).expanduser().resolve()
-    if not (where / "model" / "config.json").exists() or not (where / "summary.json").exists():
-        raise SEADInputError(f"{where} is not a warm-up directory (a run's warmup/ with model/ and summary.json)",
-                             field="trainer.warmup.reuse")
-    if trainer.tc.lora.enabled:
-        raise SEADInputError("a saved warm-up is a full model; it cannot seed LoRA adapters (set "
-                             "trainer.lora.enabled=false or warm up in this run)", field="trainer.warmup.reuse")
-    warmed = load_model(trainer.model_cfg.at(where / "model"))[0]
+def reuse_warmup(src: str, *, model, model_cfg: ModelConfig, lora_enabled: bool) -> dict:
+    """Load the policy an earlier warm-up saved into `model`; returns that warm-up's summary."""
+    where = WarmupFolder(Path(src).expanduser().resolve())
+    if not (where.model / "config.json").exists() or not where.summary.exists():
+        raise SEADInputError(
+            f"{where.path} is not a warm-up directory (a run's warmup/ with model/ and summary.json)",
+            field="trainer.warmup.reuse",
+        )
+    if lora_enabled:
+        raise SEADInputError(
+            "a saved warm-up is a full model; it cannot seed LoRA adapters (set "
+            "trainer.lora.enabled=false or warm up in this run)",
+            field="trainer.warmup.reuse",
+        )
+    warmed = load_model(model_cfg.at(where.model))[0]
     try:
-        trainer.model.load_state_dict(warmed.state_dict())
+        model.load_state_dict(warmed.state_dict())
     except RuntimeError as err:
-        raise SEADInputError(f"the warm-up in {where} was made for another model than model.* names: "
-                             f"{str(err).splitlines()[0]}", field="trainer.warmup.reuse") from err
-    return {**json.loads((where / "summary.json").read_text()), "reused_from": str(where)}
+        raise SEADInputError(
+            f"the warm-up in {where.path} was made for another model than model.* names: {str(err).splitlines()[0]}",
+            field="trainer.warmup.reuse",
+        ) from err
+    return {**json.loads(where.summary.read_text()), "reused_from": str(where.path)}
+
+
+def save_warmup(out: WarmupFolder, summary: dict, model, tokenizer) -> None:
+    """What a later run reuses, and where this run's KL anchor is reloaded from on resume."""
+    out.path.mkdir(exist_ok=True)
+    out.summary.write_text(json.dumps(summary, indent=2))
+    model.save_pretrained(out.model)
+    tokenizer.save_pretrained(out.model)
 
 
 def _mean(xs: list[float]) -> float | None:

@@ -42,8 +42,7 @@ class UserSimulator(ABC):
         self.scenario = scenario
 
     @abstractmethod
-    async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *,
-                      seed: int) -> UserReply:
+    async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *, seed: int) -> UserReply:
         """The user's answer to `agent_response`, given the rounds before it. `seed` identifies the episode
         so a stochastic simulator can be deterministic per dialogue."""
 
@@ -51,8 +50,9 @@ class UserSimulator(ABC):
         """Name, model and settings, written into every rollout record and result file."""
         return {"name": self.name}
 
-    async def check_health(self) -> None:
-        """Fail fast, with a clear message, when the simulator cannot be reached. Default: nothing to check."""
+    async def check_health(self) -> None:  # noqa: B027  (optional: most simulators have nothing to check)
+        """Fail fast, before any dialogue, when the simulator cannot answer: raise SEADInputError naming each
+        unreachable URL (or other cause), which the CLI turns into exit status 2. Default: nothing to check."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027  (optional: most simulators hold no connections)
         """Release connections."""

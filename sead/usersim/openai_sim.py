@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import aiohttp
 import httpx
@@ -23,8 +23,9 @@ HEALTH_TIMEOUT_S = 5.0
 START_HINT = "start one with scripts/serve_user_sim.sh or set usersim.base_urls"
 
 
-def build_user_messages(scenario: Scenario, profile: Profile, history: Sequence[Exchange],
-                        agent_response: str) -> list[dict]:
+def build_user_messages(
+    scenario: Scenario, profile: Profile, history: Sequence[Exchange], agent_response: str
+) -> list[dict]:
     """Chat messages for the user model: the role-play prompt as system, the agent's words as `user`
     turns wrapped in `<response>`, and the simulator's own earlier raw outputs, in full, as `assistant`
     turns (so it stays consistent with the state numbers it already reported)."""
@@ -58,9 +59,19 @@ def turn_seed(seed: int, turn: int) -> int:
 class OpenAIUserSimulator(UserSimulator):
     name = "openai"
 
-    def __init__(self, scenario: Scenario, *, base_urls: Sequence[str] | str, model: str,
-                 api_key: str | None = None, temperature: float = 0.9, top_p: float = 0.95,
-                 top_k: int | None = 40, max_tokens: int = 512, timeout: float = 60.0):
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        base_urls: Sequence[str] | str,
+        model: str,
+        api_key: str | None = None,
+        temperature: float = 0.9,
+        top_p: float = 0.95,
+        top_k: int | None = 40,
+        max_tokens: int = 512,
+        timeout: float = 60.0,
+    ):
         super().__init__(scenario)
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
@@ -79,8 +90,7 @@ class OpenAIUserSimulator(UserSimulator):
         self._sessions: list[aiohttp.ClientSession | None] = [None] * len(self.base_urls)
         self._calls = 0
 
-    async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *,
-                      seed: int) -> UserReply:
+    async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *, seed: int) -> UserReply:
         index = self._calls % len(self.base_urls)
         self._calls += 1
         url = self.base_urls[index]
@@ -92,8 +102,9 @@ class OpenAIUserSimulator(UserSimulator):
         except TimeoutError as e:
             raise SimulatorError(f"user simulator at {url} failed: no answer within {self.timeout:g} s") from e
         except (aiohttp.ClientError, ConnectionError) as e:
-            raise SimulatorError(f"user simulator at {url} failed: connection failed: "
-                                 f"{str(e) or type(e).__name__}") from e
+            raise SimulatorError(
+                f"user simulator at {url} failed: connection failed: {str(e) or type(e).__name__}"
+            ) from e
         except _HTTPError as e:
             raise SimulatorError(f"user simulator at {url} failed: {e}") from e
         choices = data.get("choices") if isinstance(data, dict) else None
@@ -102,18 +113,23 @@ class OpenAIUserSimulator(UserSimulator):
         choice = choices[0]
         text = (choice.get("message") or {}).get("content")
         if not isinstance(text, str) or not text.strip():
-            raise SimulatorError(f"user simulator at {url} returned empty content "
-                                 f"(finish_reason={choice.get('finish_reason')})")
+            raise SimulatorError(
+                f"user simulator at {url} returned empty content (finish_reason={choice.get('finish_reason')})"
+            )
         usage = data.get("usage") or {}
-        return UserReply(text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                         meta={"base_url": url, "finish_reason": choice.get("finish_reason")})
+        return UserReply(
+            text,
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+            meta={"base_url": url, "finish_reason": choice.get("finish_reason")},
+        )
 
     async def _post(self, index: int, body: dict) -> dict:
         session = self._sessions[index]
         if session is None or session.closed:
             session = self._sessions[index] = aiohttp.ClientSession(
-                headers={"Authorization": f"Bearer {self._api_key}"},
-                connector=aiohttp.TCPConnector(limit=0))  # the runner's concurrency limit is the limit
+                headers={"Authorization": f"Bearer {self._api_key}"}, connector=aiohttp.TCPConnector(limit=0)
+            )  # the runner's concurrency limit is the limit
         async with session.post(f"{self.base_urls[index]}/chat/completions", json=body) as r:
             raw = await r.read()
             if r.status >= 400:
@@ -124,34 +140,48 @@ class OpenAIUserSimulator(UserSimulator):
             raise _HTTPError(r.status, raw, "the answer is not JSON") from None
 
     def _body(self, messages: list[dict], seed: int, turn: int) -> dict:
-        body = {"model": self.model, "messages": messages, "temperature": self.temperature, "top_p": self.top_p,
-                "max_tokens": self.max_tokens, "seed": turn_seed(seed, turn)}
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "seed": turn_seed(seed, turn),
+        }
         if self.top_k is not None:
             body["top_k"] = self.top_k
         return body
 
     def identity(self) -> dict:
-        return {"name": self.name, "model": self.model, "base_urls": list(self.base_urls),
-                "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "max_tokens": self.max_tokens, "timeout": self.timeout}
+        return {
+            "name": self.name,
+            "model": self.model,
+            "base_urls": list(self.base_urls),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_tokens": self.max_tokens,
+            "timeout": self.timeout,
+        }
 
     async def check_health(self) -> None:
         """GET /models on every URL; also catches a `usersim.model` that the server does not serve, which
-        would otherwise surface as an HTTP 404 on every turn."""
+        would otherwise surface as an HTTP 404 on every turn. Raises SEADInputError naming every URL at fault."""
         headers = {"Authorization": f"Bearer {self._api_key}"}
         async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S, headers=headers) as http:
             problems = await asyncio.gather(*(probe_endpoint(http, u, self.model) for u in self.base_urls))
         problems = [p for p in problems if p]
         if problems:
-            raise SimulatorError("; ".join(problems) + f"; {START_HINT}")
+            raise SEADInputError("; ".join(problems) + f"; {START_HINT}", field="usersim")
 
     async def aclose(self) -> None:
         await asyncio.gather(*(s.close() for s in self._sessions if s is not None))
         self._sessions = [None] * len(self.base_urls)
 
 
-async def probe_endpoint(http: httpx.AsyncClient, url: str, model: str, *, role: str = "user simulator",
-                         hint: str = "set usersim.model") -> str | None:
+async def probe_endpoint(
+    http: httpx.AsyncClient, url: str, model: str, *, role: str = "user simulator", hint: str = "set usersim.model"
+) -> str | None:
     """None when `url` answers GET /models and serves `model`; otherwise what is wrong, in one line."""
     try:
         r = await http.get(f"{url}/models")
@@ -159,7 +189,10 @@ async def probe_endpoint(http: httpx.AsyncClient, url: str, model: str, *, role:
         served = [m.get("id") for m in r.json().get("data", [])]
     except httpx.HTTPStatusError as e:
         return f"{role} at {url} is unreachable: HTTP {e.response.status_code} from /models"
-    except (httpx.HTTPError, ValueError, AttributeError) as e:
+    except Exception as e:  # whatever stops the request (bad URL, refused, not JSON) is the answer
+        inner = getattr(e, "exceptions", None)
+        if inner:  # an exception group: httpx's connection pool wraps some socket errors in one
+            e = inner[0]
         return f"{role} at {url} is unreachable: {type(e).__name__}: {e}"
     if model not in served:
         return f"{role} at {url} serves {served}, not {model!r} ({hint})"

@@ -6,6 +6,11 @@ answers and contradiction phrases, and the state moves accordingly. A few moves 
 a good move grows with trust and each of a bad one shrinks, and every rule favours the higher state, so a
 lower initial state does not make success more likely (tests/test_scripted.py measures this).
 
+The user is served one thing at a time, in the agent's own words: a stage lands only when it is the next one
+and no concern of the user is open; an open concern is settled only by an answer to that kind of concern; and a
+reply that cues several stages or answers several kinds at once (a salad), that mostly repeats the agent, or that
+mostly echoes the user earns nothing (`Rules.read`; tests/test_adversarial.py plays agents that try each).
+
 The simulator keeps no state between calls. Each call replays the dialogue from the profile's initial values;
 the numbers a past turn drew by chance are taken from what the simulator reported in that turn (its raw
 text is in the history), so the replay agrees with what the agent saw, under retries and concurrency alike.
@@ -21,7 +26,8 @@ from sead.scenario.behaviours import Behaviour
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
 from sead.usersim.base import Exchange, UserReply, UserSimulator
-from sead.usersim.rules import Rules, matches_any, normalise, scenario_rules
+from sead.usersim.rules import Rules, matches_any, normalise
+from sead.usersim.rules_file import scenario_rules
 
 STATE_DIMENSIONS = ("cooperation", "emotion", "trust")
 
@@ -29,11 +35,12 @@ STATE_DIMENSIONS = ("cooperation", "emotion", "trust")
 @dataclass
 class _State:
     values: dict[str, int]
-    pending: list[Behaviour]            # behaviours not voiced yet, in profile order
-    stage_done: int = -1                # last SOP stage that landed, in order
-    active: Behaviour | None = None     # the concern voiced and not yet answered
-    open_rounds: int = 0                # rounds the active concern has gone unanswered
-    said: set[str] = field(default_factory=set)
+    pending: list[Behaviour]  # behaviours not voiced yet, in profile order
+    stage_done: int = -1  # last SOP stage that landed, in order
+    active: Behaviour | None = None  # the concern voiced and not yet answered
+    open_rounds: int = 0  # rounds the active concern has gone unanswered
+    said: list[str] = field(default_factory=list)  # the agent's earlier replies
+    heard: str | None = None  # the user's own last reply
 
 
 @dataclass
@@ -55,23 +62,29 @@ class ScriptedUserSimulator(UserSimulator):
             raise SEADInputError(f"the scripted simulator needs dimensions {missing}", field="scenario.dimensions")
         self.rules = rules
         d, space = rules.dynamics, scenario.space
-        self.floor = {"cooperation": space["cooperation"].low if d.hangup_cooperation is None else d.hangup_cooperation,
-                      "emotion": space["emotion"].low if d.hangup_emotion is None else d.hangup_emotion}
+        self.floor = {
+            "cooperation": space["cooperation"].low if d.hangup_cooperation is None else d.hangup_cooperation,
+            "emotion": space["emotion"].low if d.hangup_emotion is None else d.hangup_emotion,
+        }
 
     def identity(self) -> dict:
         return {"name": self.name, "rules": self.rules.source, "dynamics": asdict(self.rules.dynamics)}
 
-    async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *,
-                      seed: int) -> UserReply:
+    async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *, seed: int) -> UserReply:
         st = self._initial(profile)
         for k, past in enumerate(history):
             reported = self.scenario.tags.parse_user(past.user_text).state if past.user_text is not None else {}
-            self._step(st, past.agent_response, random.Random(f"{seed}/{k}"),
-                       {n: v for n, v in reported.items() if v is not None})
+            self._step(
+                st,
+                past.agent_response,
+                random.Random(f"{seed}/{k}"),
+                {n: v for n, v in reported.items() if v is not None},
+            )
         out = self._step(st, agent_response, random.Random(f"{seed}/{len(history)}"), {})
         text = self.scenario.tags.format_user(out.reply, st.values, out.status, think=out.think)
-        return UserReply(text, meta={"stage_done": st.stage_done,
-                                     "active_concern": st.active.category if st.active else None})
+        return UserReply(
+            text, meta={"stage_done": st.stage_done, "active_concern": st.active.category if st.active else None}
+        )
 
     def _initial(self, profile: Profile) -> _State:
         values = {}
@@ -102,6 +115,8 @@ class ScriptedUserSimulator(UserSimulator):
         # Every chance of a good move rises with trust, of a bad one falls: the source of monotone difficulty.
         willing = v["trust"] / self.scenario.space["trust"].high
         text = normalise(agent_text)
+        reading = rules.read(agent_text, st.said, st.heard)
+        st.said.append(agent_text)
 
         def move(dim: str, delta: int, why: str):
             dim_range = self.scenario.space[dim]
@@ -112,15 +127,20 @@ class ScriptedUserSimulator(UserSimulator):
 
         if matches_any(text, rules.contradictions):
             move("trust", -d.contradiction_trust_drop, "that contradicts what they said")
-        if text in st.said:
+        if reading.repeated:
             move("emotion", -1, "same thing again")
-        st.said.add(text)
+        if reading.echoed:
+            move("emotion", -1, "that's just what I said")
         if len(agent_text.split()) > d.long_reply_words:
             move("emotion", -1, "too long")
+        cued, answered = (reading.stages, reading.kinds) if reading.usable else ((), ())
+        if reading.salad:
+            notes.append("word salad")
 
         resolved = gave_up = progressed = False
         if st.active is not None:
-            if matches_any(text, rules.concerns[st.active.category].resolved_by):
+            # An open concern holds the SOP: nothing moves on until this kind of concern is answered.
+            if st.active.category in answered:
                 resolved, st.active, st.open_rounds = True, None, 0
                 move("trust", d.resolve_trust_gain, "my question got a straight answer")
                 if u_gain < willing:
@@ -129,17 +149,16 @@ class ScriptedUserSimulator(UserSimulator):
                 st.open_rounds += 1
                 move("trust", -d.unresolved_trust_cost, "they dodged my question")
                 gave_up = st.open_rounds >= d.max_unresolved_rounds
-        if not resolved:
-            # An answer to a concern may mention later stages; only a turn that answers nothing is judged on order.
-            expected, cued = st.stage_done + 1, rules.stages_cued(text)
+        elif cued:
+            expected = st.stage_done + 1
             if expected in cued:
                 progressed = True
                 if u_gain < willing:
                     move("cooperation", 1, "makes sense")
-            elif cued:
+            else:
                 move("cooperation", -1, "jumping ahead" if max(cued) > expected else "we did that already")
-            elif st.active is None and u_off >= willing:
-                move("emotion", -1, "pointless talk")
+        elif u_off >= willing:
+            move("emotion", -1, "pointless talk")
 
         if u_impatient < d.impatience * (1 - willing):
             move("emotion", -1, "this is taking my time")
@@ -150,8 +169,9 @@ class ScriptedUserSimulator(UserSimulator):
                 move("emotion", -1, "I don't trust this")
         return progressed, resolved, gave_up
 
-    def _answer(self, st: _State, progressed: bool, resolved: bool, gave_up: bool, u_line: float,
-                notes: list[str]) -> _Outcome:
+    def _answer(
+        self, st: _State, progressed: bool, resolved: bool, gave_up: bool, u_line: float, notes: list[str]
+    ) -> _Outcome:
         rules, v = self.rules, st.values
         last, expected = len(rules.stages) - 1, st.stage_done + 1
 
@@ -190,6 +210,7 @@ class ScriptedUserSimulator(UserSimulator):
             d, dim = self.rules.dynamics, self.scenario.space["noise"]
             noisy = st.active is not None and d.is_noisy(st.active.category)
             st.values["noise"] = min(dim.high, max(dim.low, d.noise_active if noisy else d.noise_base))
+        st.heard = reply
         return _Outcome(reply, status, "; ".join(notes))
 
 

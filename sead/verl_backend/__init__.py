@@ -23,7 +23,10 @@ def require_verl() -> None:
     try:
         found = importlib.metadata.version("verl")
     except importlib.metadata.PackageNotFoundError:
-        raise SEADInputError(f"backend=verl needs verl {VERL_VERSION}: pip install -e '.[verl]' (CPU checks) or "
-                             "run scripts/main.sh backend=verl on a GPU machine", field="backend") from None
+        raise SEADInputError(
+            f"backend=verl needs verl {VERL_VERSION}: pip install -e '.[verl]' (CPU checks) or "
+            "run scripts/main.sh backend=verl on a GPU machine",
+            field="backend",
+        ) from None
     if found != VERL_VERSION:
         raise SEADInputError(f"backend=verl is built against verl {VERL_VERSION}, found {found}", field="backend")

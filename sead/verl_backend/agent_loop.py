@@ -32,8 +32,9 @@ class ServerManagerPolicy(AgentPolicy):
 
     async def generate(self, request: AgentRequest) -> AgentOutput:
         params = {**self.sampling_params, "max_tokens": request.max_new_tokens}
-        out = await self.server_manager.generate(self.request_id, prompt_ids=list(request.prompt_ids),
-                                                 sampling_params=params)
+        out = await self.server_manager.generate(
+            self.request_id, prompt_ids=list(request.prompt_ids), sampling_params=params
+        )
         if out.log_probs is None:
             self.logprobs_complete = False
         return AgentOutput(list(out.token_ids), None if out.log_probs is None else list(out.log_probs))
@@ -52,14 +53,22 @@ class SEADDialogueAgentLoop(AgentLoopBase):
         ctx = load_context(self.sead_config)
         policy = ServerManagerPolicy(self.server_manager, sampling_params, uuid.uuid4().hex)
         # global_steps and session_id come from verl's V1 worker (trainer.use_v1=true, the default)
-        ep, tokens = await play_row(ctx, policy, self.tokenizer, extra_info=dict(kwargs["extra_info"]),
-                                    step=self.step_offset + int(kwargs.get("global_steps", 0)),
-                                    session=int(kwargs.get("session_id", 0)), group_size=int(self.rollout_config.n),
-                                    steps_per_iteration=self.steps_per_iteration,
-                                    response_length=int(self.rollout_config.response_length))
+        ep, tokens = await play_row(
+            ctx,
+            policy,
+            self.tokenizer,
+            extra_info=dict(kwargs["extra_info"]),
+            step=self.step_offset + int(kwargs.get("global_steps", 0)),
+            session=int(kwargs.get("session_id", 0)),
+            group_size=int(self.rollout_config.n),
+            steps_per_iteration=self.steps_per_iteration,
+            response_length=int(self.rollout_config.response_length),
+        )
         timing = ep.meta["timing"]
         return AgentLoopOutput(
-            prompt_ids=tokens.prompt_ids, response_ids=tokens.response_ids, response_mask=tokens.response_mask,
+            prompt_ids=tokens.prompt_ids,
+            response_ids=tokens.response_ids,
+            response_mask=tokens.response_mask,
             response_logprobs=tokens.response_logprobs if policy.logprobs_complete else None,
             # verl counts messages after the prompt: every agent turn plus every user (or feedback) turn
             num_turns=sum(1 + (t.user is not None or t.feedback is not None) for t in ep.turns),

@@ -16,16 +16,21 @@ from sead.scenario.profiles import Profile
 DATA_SOURCE = "sead"
 
 
-def profile_rows(profiles: list[Profile], *, system_prompt: str, sop_role: str, split: str,
-                 agent_name: str = "sead_dialogue") -> list[dict]:
+def profile_rows(
+    profiles: list[Profile], *, system_prompt: str, sop_role: str, split: str, agent_name: str = "sead_dialogue"
+) -> list[dict]:
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-    return [{"data_source": DATA_SOURCE,
-             "agent_name": agent_name,
-             "prompt": [{"role": sop_role, "content": system_prompt}],
-             "reward_model": {"style": "rule", "ground_truth": ""},
-             "extra_info": {"index": i, "split": split, "profile": json.dumps(p.to_dict())}}
-            for i, p in enumerate(profiles)]
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "agent_name": agent_name,
+            "prompt": [{"role": sop_role, "content": system_prompt}],
+            "reward_model": {"style": "rule", "ground_truth": ""},
+            "extra_info": {"index": i, "split": split, "profile": json.dumps(p.to_dict())},
+        }
+        for i, p in enumerate(profiles)
+    ]
 
 
 def write_rows(rows: list[dict], path: str | Path) -> Path:

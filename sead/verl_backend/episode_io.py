@@ -1,7 +1,7 @@
 """What the verl agent loop does around SEAD's episode runner, kept free of verl imports so it is tested alone.
 
-- `SEADContext`: the scenario, user simulator, runner settings and reward weights of a run, built once per
-  process from the run's resolved config (verl creates a new agent-loop object for every trajectory).
+- `SEADContext`: the scenario, user simulator, runner settings and scorer of a run, built once per process from
+  the run's resolved config (verl creates a new agent-loop object for every trajectory).
 - `trajectory_tokens`: an Episode's token ids and loss mask split the way verl wants them (prompt | response).
 - `rollout_path` / `append_record`: the run directory's rollout JSONL, written from many worker processes.
 - `play_row`: one dataset row -> one dialogue, recorded; the agent loop's whole job apart from verl's types.
@@ -21,8 +21,10 @@ from sead.dialogue.agent import AgentPolicy
 from sead.dialogue.chat_tokens import ChatTokens
 from sead.dialogue.episode import Episode
 from sead.dialogue.runner import run_episode
+from sead.dialogue.seeds import train_episode_seed
 from sead.errors import SEADInputError
-from sead.reward import compute_reward
+from sead.run.layout import RunLayout
+from sead.run.scoring import EpisodeScorer
 from sead.scenario.profiles import profile_from_dict
 
 log = logging.getLogger(__name__)
@@ -34,34 +36,35 @@ class SEADContext:
     scenario: object
     user: object
     runner_cfg: object
-    weights: object
-    run_dir: Path
+    score: EpisodeScorer
+    layout: RunLayout
     _prompt_ids: list[int] | None = None
 
     @classmethod
-    def from_config_file(cls, path: str | Path) -> "SEADContext":
-        from sead.config import build_scenario, build_usersim, reward_weights, runner_config
+    def from_config_file(cls, path: str | Path) -> SEADContext:
+        from sead.config import build_scenario, build_usersim, runner_config
 
         path = Path(path)
         if not path.is_file():
             raise SEADInputError("the run's resolved SEAD config is missing", path=path)
         cfg = OmegaConf.load(path)
         scenario = build_scenario(cfg)
-        return cls(cfg, scenario, build_usersim(cfg, scenario), runner_config(cfg), reward_weights(cfg),
-                   Path(str(cfg.run_dir)).resolve())
+        return cls(
+            cfg,
+            scenario,
+            build_usersim(cfg, scenario),
+            runner_config(cfg),
+            EpisodeScorer.for_run(cfg, scenario),
+            RunLayout(Path(str(cfg.run_dir)).resolve()),
+        )
 
     def first_prompt(self, tokenizer) -> list[int]:
         """The SOP prompt as the runner renders it: every dialogue starts with exactly these ids."""
         if self._prompt_ids is None:
-            self._prompt_ids = list(ChatTokens(tokenizer, self.scenario.agent_system_prompt(),
-                                               self.runner_cfg.sop_role).prompt_ids)
+            self._prompt_ids = list(
+                ChatTokens(tokenizer, self.scenario.agent_system_prompt(), self.runner_cfg.sop_role).prompt_ids
+            )
         return self._prompt_ids
-
-    def score(self, ep: Episode) -> dict | None:
-        """The reward with its components (None for a simulator error), as the embedded trainer records it."""
-        r = compute_reward(ep, self.weights, self.scenario.space, num_stages=len(self.scenario.stages),
-                           max_turns=self.runner_cfg.max_turns)
-        return None if r is None else {"total": r.total, "components": r.components}
 
 
 _CONTEXTS: dict[str, SEADContext] = {}
@@ -97,8 +100,10 @@ def trajectory_tokens(ep: Episode, prompt_ids: list[int], response_length: int) 
     if seg.ids[:n] != list(prompt_ids) or any(seg.mask[:n]):
         raise ValueError("the episode does not start with the SOP prompt the loop expects")
     if len(ep.segments) > 1:
-        log.warning("episode %s outgrew dialogue.max_context_tokens; only its first segment is trained",
-                    ep.meta.get("episode_id"))
+        log.warning(
+            "episode %s outgrew dialogue.max_context_tokens; only its first segment is trained",
+            ep.meta.get("episode_id"),
+        )
     ids, mask, lps = seg.ids[n:], seg.mask[n:], seg.logprobs[n:]
     truncated = len(ids) > response_length
     if truncated:
@@ -119,17 +124,18 @@ def extra_fields(ep: Episode) -> dict:
         "sead_end_reason": ep.end_reason,
         "sead_statuses": [t.user.status if t.user else None for t in ep.turns],
         "sead_turns": ep.num_turns,
-        "sead_transcript": [{"agent": t.agent.response, "user": t.user.reply if t.user else t.feedback}
-                            for t in ep.turns],
+        "sead_transcript": [
+            {"agent": t.agent.response, "user": t.user.reply if t.user else t.feedback} for t in ep.turns
+        ],
     }
 
 
-def rollout_path(run_dir: Path, *, split: str, step: int, steps_per_iteration: int) -> Path:
-    """Training dialogues go to rollouts/step_NNNNNN.jsonl; validation ones to validation/iter_NNN.jsonl, where
-    iteration k is the validation after k iterations (0 = before training), as in the embedded trainer."""
+def rollout_path(layout: RunLayout, *, split: str, step: int, steps_per_iteration: int) -> Path:
+    """Training dialogues go to the step's rollouts; validation ones to validation k, the validation after k
+    iterations (0 = before training), as in the embedded trainer."""
     if split == "val":
-        return run_dir / "validation" / f"iter_{step // steps_per_iteration:03d}.jsonl"
-    return run_dir / "rollouts" / f"step_{step:06d}.jsonl"
+        return layout.validation_dialogues(step // steps_per_iteration)
+    return layout.rollouts(step)
 
 
 def append_record(path: Path, record: dict) -> None:
@@ -145,22 +151,35 @@ def append_record(path: Path, record: dict) -> None:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def episode_seed(base_seed: int, step: int, index: int, session: int, group_size: int) -> int:
-    """Distinct per dialogue and reproducible from the row, the same recipe as the embedded trainer's."""
-    return base_seed * 1_000_003 + step * 10_007 + index * group_size + session
-
-
-async def play_row(ctx: SEADContext, agent: AgentPolicy, tokenizer, *, extra_info: dict, step: int, session: int,
-                   group_size: int, steps_per_iteration: int, response_length: int) -> tuple[Episode, TrajectoryTokens]:
+async def play_row(
+    ctx: SEADContext,
+    agent: AgentPolicy,
+    tokenizer,
+    *,
+    extra_info: dict,
+    step: int,
+    session: int,
+    group_size: int,
+    steps_per_iteration: int,
+    response_length: int,
+) -> tuple[Episode, TrajectoryTokens]:
     """Play the row's profile, score it, append its record to the run directory, and split its tokens."""
     profile = profile_from_dict(json.loads(extra_info["profile"]), ctx.scenario.space, ctx.scenario.library)
     split, index = str(extra_info.get("split", "train")), int(extra_info.get("index", 0))
-    ep = await run_episode(profile, scenario=ctx.scenario, agent=agent, user=ctx.user, tokenizer=tokenizer,
-                           cfg=ctx.runner_cfg, seed=episode_seed(int(ctx.cfg.seed), step, index, session, group_size),
-                           episode_id=f"{split}-s{step}-p{index}-r{session}")
+    ep = await run_episode(
+        profile,
+        scenario=ctx.scenario,
+        agent=agent,
+        user=ctx.user,
+        tokenizer=tokenizer,
+        cfg=ctx.runner_cfg,
+        seed=train_episode_seed(int(ctx.cfg.seed), step, index, session, group_size),
+        episode_id=f"{split}-s{step}-p{index}-r{session}",
+    )
     ep.meta.update(group=index, step=step, reward=ctx.score(ep))
     tokens = trajectory_tokens(ep, ctx.first_prompt(tokenizer), response_length)
     ep.meta["truncated"] = tokens.truncated
-    append_record(rollout_path(ctx.run_dir, split=split, step=step, steps_per_iteration=steps_per_iteration),
-                  ep.to_dict())
+    append_record(
+        rollout_path(ctx.layout, split=split, step=step, steps_per_iteration=steps_per_iteration), ep.to_dict()
+    )
     return ep, tokens

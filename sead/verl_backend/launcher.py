@@ -15,8 +15,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from sead.config import to_schema
+from sead.config import number, one_of, to_schema
 from sead.errors import SEADInputError
+from sead.run.layout import Entry
 from sead.trainer.schema import TrainerConfig
 
 PLUGIN_MODULE = "sead.verl_backend.plugin"
@@ -24,38 +25,36 @@ PLUGIN_MODULE = "sead.verl_backend.plugin"
 
 @dataclass
 class VerlSettings:
-    nnodes: int = 1
-    n_gpus_per_node: int = 8            # training GPUs per node; GPUs serving the user simulator are not counted
-    usersim_gpus: list[int] = field(default_factory=list)  # scripts/main.sh serves the user simulator here
-    usersim_port: int = 8000
-    usersim_model: str = ""             # what scripts/main.sh serves there (becomes usersim.model)
-    usersim_gpu_memory: float = 0.85    # vLLM memory fraction of each user-simulator instance
-    rollout_engine: str = "vllm"        # vllm | sglang
-    tensor_parallel: int = 1            # rollout tensor parallelism
-    gpu_memory_utilization: float = 0.5
-    max_prompt_length: int = 2048       # the SOP prompt must fit
-    max_response_length: int = 9216     # everything after the prompt: all agent and user turns
-    micro_batch_per_gpu: int = 1
+    nnodes: int = number(1, ge=1)
+    n_gpus_per_node: int = number(8, ge=1)  # training GPUs per node; GPUs serving the user simulator are not counted
+    usersim_gpus: list[int] = number(default_factory=list, ge=0)  # scripts/main.sh serves the user simulator here
+    usersim_port: int = number(8000, ge=1, le=65535)
+    usersim_model: str = ""  # what scripts/main.sh serves there (becomes usersim.model)
+    usersim_gpu_memory: float = number(0.85, gt=0, le=1)  # vLLM memory fraction of each user-simulator instance
+    rollout_engine: str = one_of("vllm", "sglang")
+    tensor_parallel: int = number(1, ge=1)  # rollout tensor parallelism
+    gpu_memory_utilization: float = number(0.5, gt=0, le=1)
+    max_prompt_length: int = number(2048, ge=1)  # the SOP prompt must fit
+    max_response_length: int = number(9216, ge=1)  # everything after the prompt: all agent and user turns
+    micro_batch_per_gpu: int = number(1, ge=1)
     use_dynamic_bsz: bool = True
-    max_token_len_per_gpu: int = 16384
+    max_token_len_per_gpu: int = number(16384, ge=1)
     param_offload: bool = False
     optimizer_offload: bool = False
     gradient_checkpointing: bool = True
-    agent_workers: int = 8              # agent-loop Ray actors
-    reward_workers: int = 2             # reward Ray actors (the rule-based reward is cheap)
+    agent_workers: int = number(8, ge=1)  # agent-loop Ray actors
+    reward_workers: int = number(2, ge=1)  # reward Ray actors (the rule-based reward is cheap)
     logger: list[str] = field(default_factory=lambda: ["console", "file"])
     overrides: list[str] = field(default_factory=list)
 
 
 def verl_settings(cfg: DictConfig) -> VerlSettings:
     vs = to_schema(VerlSettings, cfg.get("verl"), "verl")
-    if vs.rollout_engine not in ("vllm", "sglang"):
-        raise SEADInputError(f"must be vllm or sglang, got {vs.rollout_engine!r}", field="verl.rollout_engine")
-    if vs.n_gpus_per_node < 1 or vs.nnodes < 1:
-        raise SEADInputError("verl.n_gpus_per_node and verl.nnodes must be >= 1", field="verl.n_gpus_per_node")
     if vs.n_gpus_per_node % vs.tensor_parallel:
-        raise SEADInputError(f"{vs.tensor_parallel} does not divide verl.n_gpus_per_node={vs.n_gpus_per_node}",
-                             field="verl.tensor_parallel")
+        raise SEADInputError(
+            f"{vs.tensor_parallel} does not divide verl.n_gpus_per_node={vs.n_gpus_per_node}",
+            field="verl.tensor_parallel",
+        )
     return vs
 
 
@@ -63,87 +62,142 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
     """What the verl backend cannot do, said before any GPU is touched."""
     tc: TrainerConfig = to_schema(TrainerConfig, cfg.trainer, "trainer")
     if str(cfg.model.preset) != "path" or not cfg.model.path:
-        raise SEADInputError("backend=verl trains a local HF model: model.preset=path model.path=/models/NAME",
-                             field="model.path")
+        raise SEADInputError(
+            "backend=verl trains a local HF model: model.preset=path model.path=/models/NAME", field="model.path"
+        )
     if tc.update.estimator != "grpo":
-        raise SEADInputError("backend=verl runs GRPO; the PPO value head is embedded-only", field="trainer.update.estimator")
+        raise SEADInputError(
+            "backend=verl runs GRPO; the PPO value head is embedded-only", field="trainer.update.estimator"
+        )
     for name in ("lora", "warmup"):
-        if (tc.lora.enabled if name == "lora" else tc.warmup.dialogues > 0):
-            raise SEADInputError(f"trainer.{name} is embedded-only; turn it off for backend=verl", field=f"trainer.{name}")
+        if tc.lora.enabled if name == "lora" else tc.warmup.dialogues > 0:
+            raise SEADInputError(
+                f"trainer.{name} is embedded-only; turn it off for backend=verl", field=f"trainer.{name}"
+            )
     if int(cfg.controller.get("update_every", tc.steps_per_iteration)) != tc.steps_per_iteration:
         # Each iteration's profiles are written before verl starts, so the controller can only change between runs.
-        raise SEADInputError(f"backend=verl updates the controller between iterations: set it equal to "
-                             f"trainer.steps_per_iteration={tc.steps_per_iteration}", field="controller.update_every")
+        raise SEADInputError(
+            f"backend=verl updates the controller between iterations: set it equal to "
+            f"trainer.steps_per_iteration={tc.steps_per_iteration}",
+            field="controller.update_every",
+        )
     budget = int(cfg.dialogue.max_total_tokens) + int(cfg.dialogue.max_new_tokens)
     if budget > vs.max_response_length:
-        raise SEADInputError(f"dialogue.max_total_tokens + dialogue.max_new_tokens = {budget} exceeds "
-                             f"verl.max_response_length={vs.max_response_length}: verl would cut dialogues short",
-                             field="verl.max_response_length")
+        raise SEADInputError(
+            f"dialogue.max_total_tokens + dialogue.max_new_tokens = {budget} exceeds "
+            f"verl.max_response_length={vs.max_response_length}: verl would cut dialogues short",
+            field="verl.max_response_length",
+        )
     if int(cfg.dialogue.max_context_tokens) < vs.max_prompt_length + vs.max_response_length:
         # The runner would start a second token segment that verl's single sequence cannot hold.
-        raise SEADInputError(f"must be >= verl.max_prompt_length + verl.max_response_length "
-                             f"({vs.max_prompt_length + vs.max_response_length})", field="dialogue.max_context_tokens")
+        raise SEADInputError(
+            f"must be >= verl.max_prompt_length + verl.max_response_length "
+            f"({vs.max_prompt_length + vs.max_response_length})",
+            field="dialogue.max_context_tokens",
+        )
     return tc
 
 
 @dataclass
 class RunFiles:
-    """Where one verl run (one SEAD iteration) reads and writes."""
-    train_file: Path
-    val_file: Path
-    agent_loop_config: Path
-    checkpoint_dir: Path
+    """Where one verl run (one SEAD iteration) reads and writes: its own folder of the run directory (`path`), the
+    model it starts from, and SEAD's config in effect (a resume with allowed changes has its own file)."""
+
+    path: Path
     model_path: str
     validate_first: bool
+    sead_config: Path
+    train_file = Entry("train.parquet")
+    val_file = Entry("val.parquet")
+    agent_loop_config = Entry("agent_loop.yaml")
+    checkpoint_dir = Entry("checkpoints")
+    metrics_file = Entry("metrics.jsonl")  # verl's file logger
+    log_file = Entry("verl.log")
+
+    def hf_model(self, step: int) -> Path:
+        """The HF export verl writes with the checkpoint of `step` (hf_model in checkpoint.save_contents)."""
+        return self.checkpoint_dir / f"global_step_{step}" / "actor" / "huggingface"
 
 
 def _sampling(prefix: str, s) -> list[str]:
     # SEAD's top_k 0 means off; vLLM's off is -1.
-    return [f"{prefix}.temperature={s.temperature}", f"{prefix}.top_p={s.top_p}",
-            f"{prefix}.top_k={s.top_k if s.top_k > 0 else -1}"]
+    return [
+        f"{prefix}.temperature={s.temperature}",
+        f"{prefix}.top_p={s.top_p}",
+        f"{prefix}.top_k={s.top_k if s.top_k > 0 else -1}",
+    ]
 
 
 def verl_overrides(cfg: DictConfig, vs: VerlSettings, tc: TrainerConfig, files: RunFiles) -> list[str]:
     u, a, r = tc.update, "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     return [
-        "trainer.use_v1=true", "algorithm.adv_estimator=grpo", f"algorithm.norm_adv_by_std_in_grpo={u.normalise_std}",
+        "trainer.use_v1=true",
+        "algorithm.adv_estimator=grpo",
+        f"algorithm.norm_adv_by_std_in_grpo={u.normalise_std}",
         f"algorithm.filter_groups.enable={u.dynamic_sampling}",
-        f"data.train_files={files.train_file}", f"data.val_files={files.val_file}",
-        f"data.train_batch_size={tc.profiles_per_step}", "data.shuffle=false", "data.dataloader_num_workers=0",
-        f"data.max_prompt_length={vs.max_prompt_length}", f"data.max_response_length={vs.max_response_length}",
-        "data.truncation=error", "data.filter_overlong_prompts=true", "data.return_raw_chat=true",
+        f"data.train_files={files.train_file}",
+        f"data.val_files={files.val_file}",
+        f"data.train_batch_size={tc.profiles_per_step}",
+        "data.shuffle=false",
+        "data.dataloader_num_workers=0",
+        f"data.max_prompt_length={vs.max_prompt_length}",
+        f"data.max_response_length={vs.max_response_length}",
+        "data.truncation=error",
+        "data.filter_overlong_prompts=true",
+        "data.return_raw_chat=true",
         f"actor_rollout_ref.model.path={files.model_path}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={vs.gradient_checkpointing}",
-        f"{a}.optim.lr={u.lr}", f"{a}.optim.lr_warmup_steps={u.warmup_steps}",
-        f"{a}.optim.weight_decay={u.weight_decay}", f"{a}.grad_clip={u.grad_clip}",
-        f"{a}.ppo_mini_batch_size={tc.profiles_per_step}", f"{a}.ppo_epochs={u.ppo_epochs}",
-        f"{a}.ppo_micro_batch_size_per_gpu={vs.micro_batch_per_gpu}", f"{a}.use_dynamic_bsz={vs.use_dynamic_bsz}",
+        f"{a}.optim.lr={u.lr}",
+        f"{a}.optim.lr_warmup_steps={u.warmup_steps}",
+        f"{a}.optim.weight_decay={u.weight_decay}",
+        f"{a}.grad_clip={u.grad_clip}",
+        f"{a}.ppo_mini_batch_size={tc.profiles_per_step}",
+        f"{a}.ppo_epochs={u.ppo_epochs}",
+        f"{a}.ppo_micro_batch_size_per_gpu={vs.micro_batch_per_gpu}",
+        f"{a}.use_dynamic_bsz={vs.use_dynamic_bsz}",
         f"{a}.ppo_max_token_len_per_gpu={vs.max_token_len_per_gpu}",
-        f"{a}.use_kl_loss={u.kl_coef > 0}", f"{a}.kl_loss_coef={u.kl_coef}", f"{a}.kl_loss_type=low_var_kl",
-        f"{a}.entropy_coeff={u.entropy_coef}", f"{a}.clip_ratio_low={u.clip_low}", f"{a}.clip_ratio_high={u.clip_high}",
+        f"{a}.use_kl_loss={u.kl_coef > 0}",
+        f"{a}.kl_loss_coef={u.kl_coef}",
+        f"{a}.kl_loss_type=low_var_kl",
+        f"{a}.entropy_coeff={u.entropy_coef}",
+        f"{a}.clip_ratio_low={u.clip_low}",
+        f"{a}.clip_ratio_high={u.clip_high}",
         f"{a}.loss_agg_mode=token-mean",
-        f"{a}.fsdp_config.param_offload={vs.param_offload}", f"{a}.fsdp_config.optimizer_offload={vs.optimizer_offload}",
+        f"{a}.fsdp_config.param_offload={vs.param_offload}",
+        f"{a}.fsdp_config.optimizer_offload={vs.optimizer_offload}",
         f"{a}.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
         f"{a}.checkpoint.load_contents=[model,optimizer,extra]",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={vs.micro_batch_per_gpu}",
-        f"{r}.name={vs.rollout_engine}", f"{r}.mode=async", f"{r}.n={tc.rollouts_per_profile}",
-        *_sampling(r, tc.sampling), *_sampling(f"{r}.val_kwargs", tc.validation.sampling),
-        f"{r}.val_kwargs.n={tc.validation.trials}", f"{r}.val_kwargs.do_sample={tc.validation.sampling.temperature > 0}",
-        f"{r}.tensor_model_parallel_size={vs.tensor_parallel}", f"{r}.gpu_memory_utilization={vs.gpu_memory_utilization}",
+        f"{r}.name={vs.rollout_engine}",
+        f"{r}.mode=async",
+        f"{r}.n={tc.rollouts_per_profile}",
+        *_sampling(r, tc.sampling),
+        *_sampling(f"{r}.val_kwargs", tc.validation.sampling),
+        f"{r}.val_kwargs.n={tc.validation.trials}",
+        f"{r}.val_kwargs.do_sample={tc.validation.sampling.temperature > 0}",
+        f"{r}.tensor_model_parallel_size={vs.tensor_parallel}",
+        f"{r}.gpu_memory_utilization={vs.gpu_memory_utilization}",
         f"{r}.max_model_len={vs.max_prompt_length + vs.max_response_length}",
-        f"{r}.log_prob_micro_batch_size_per_gpu={vs.micro_batch_per_gpu}", f"{r}.calculate_log_probs=true",
-        f"{r}.agent.num_workers={vs.agent_workers}", f"{r}.agent.default_agent_loop=sead_dialogue",
+        f"{r}.log_prob_micro_batch_size_per_gpu={vs.micro_batch_per_gpu}",
+        f"{r}.calculate_log_probs=true",
+        f"{r}.agent.num_workers={vs.agent_workers}",
+        f"{r}.agent.default_agent_loop=sead_dialogue",
         f"{r}.agent.agent_loop_config_path={files.agent_loop_config}",
         f"reward.num_workers={vs.reward_workers}",
         "reward.custom_reward_function.path=pkg://sead.verl_backend.reward_fn",
         "reward.custom_reward_function.name=compute_score",
-        f"+reward.custom_reward_function.reward_kwargs.sead_config={Path(str(cfg.run_dir)).resolve() / 'config.yaml'}",
-        f"trainer.logger=[{','.join(vs.logger)}]", "trainer.project_name=sead",
+        f"+reward.custom_reward_function.reward_kwargs.sead_config={files.sead_config}",
+        f"trainer.logger=[{','.join(vs.logger)}]",
+        "trainer.project_name=sead",
         f"trainer.experiment_name={Path(str(cfg.run_dir)).name}",
-        f"trainer.nnodes={vs.nnodes}", f"trainer.n_gpus_per_node={vs.n_gpus_per_node}",
-        f"trainer.total_epochs=1", f"trainer.total_training_steps={tc.steps_per_iteration}",
-        f"trainer.save_freq={tc.steps_per_iteration}", f"trainer.test_freq={tc.steps_per_iteration}",
-        f"trainer.val_before_train={files.validate_first}", f"trainer.default_local_dir={files.checkpoint_dir}",
+        f"trainer.nnodes={vs.nnodes}",
+        f"trainer.n_gpus_per_node={vs.n_gpus_per_node}",
+        "trainer.total_epochs=1",
+        f"trainer.total_training_steps={tc.steps_per_iteration}",
+        f"trainer.save_freq={tc.steps_per_iteration}",
+        f"trainer.test_freq={tc.steps_per_iteration}",
+        f"trainer.val_before_train={files.validate_first}",
+        f"trainer.default_local_dir={files.checkpoint_dir}",
         "trainer.resume_mode=disable",
         # Ray workers on other nodes do not inherit the driver's environment: hand them the plugin explicitly.
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}",

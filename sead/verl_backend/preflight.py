@@ -25,12 +25,17 @@ def visible_gpus() -> int:
 
 def check_gpus(vs: VerlSettings, found: int) -> None:
     if found == 0:
-        raise SEADInputError("backend=verl needs NVIDIA GPUs and this machine has none (torch sees no CUDA device). "
-                             "Train here with backend=embedded (bash scripts/main.sh), or run on a GPU node",
-                             field="backend")
+        raise SEADInputError(
+            "backend=verl needs NVIDIA GPUs and this machine has none (torch sees no CUDA device). "
+            "Train here with backend=embedded (bash scripts/main.sh), or run on a GPU node",
+            field="backend",
+        )
     if found < vs.n_gpus_per_node:
-        raise SEADInputError(f"asks for {vs.n_gpus_per_node} training GPUs per node but {found} are visible "
-                             "(CUDA_VISIBLE_DEVICES); lower it or free GPUs", field="verl.n_gpus_per_node")
+        raise SEADInputError(
+            f"asks for {vs.n_gpus_per_node} training GPUs per node but {found} are visible "
+            "(CUDA_VISIBLE_DEVICES); lower it or free GPUs",
+            field="verl.n_gpus_per_node",
+        )
 
 
 def check_user_simulator(cfg: DictConfig) -> None:
@@ -46,9 +51,11 @@ def check_user_simulator(cfg: DictConfig) -> None:
     except SEADInputError:
         raise
     except Exception as e:  # connection refused, wrong model name, timeouts: all say the same thing to the user
-        raise SEADInputError(f"the user simulator is not reachable: {e}. Start it with scripts/serve_user_sim.sh, "
-                             "or let scripts/main.sh start it (leave usersim.base_urls unset)",
-                             field="usersim.base_urls") from None
+        raise SEADInputError(
+            f"the user simulator is not reachable: {e}. Start it with scripts/serve_user_sim.sh, "
+            "or let scripts/main.sh start it (leave usersim.base_urls unset)",
+            field="usersim.base_urls",
+        ) from None
 
 
 def preflight(cfg: DictConfig, *, gpus: int | None = None) -> None:
@@ -68,12 +75,18 @@ def gpu_plan(cfg: DictConfig, total: int) -> dict[str, str]:
         raise SEADInputError(f"GPUs {bad} do not exist on this node ({total} visible)", field="verl.usersim_gpus")
     order = [g for g in range(total) if g not in vs.usersim_gpus] + list(vs.usersim_gpus)
     if len(order) < vs.n_gpus_per_node:
-        raise SEADInputError(f"{vs.n_gpus_per_node} training GPUs asked, {total} on this node",
-                             field="verl.n_gpus_per_node")
+        raise SEADInputError(
+            f"{vs.n_gpus_per_node} training GPUs asked, {total} on this node", field="verl.n_gpus_per_node"
+        )
     train = order[: vs.n_gpus_per_node]
-    return {"USERSIM_GPUS": ",".join(map(str, vs.usersim_gpus)), "TRAIN_GPUS": ",".join(map(str, train)),
-            "USERSIM_PORT": str(vs.usersim_port), "USERSIM_MEMORY": str(vs.usersim_gpu_memory),
-            "USERSIM_MODEL": vs.usersim_model, "USERSIM_NAME": str(cfg.usersim.name)}
+    return {
+        "USERSIM_GPUS": ",".join(map(str, vs.usersim_gpus)),
+        "TRAIN_GPUS": ",".join(map(str, train)),
+        "USERSIM_PORT": str(vs.usersim_port),
+        "USERSIM_MEMORY": str(vs.usersim_gpu_memory),
+        "USERSIM_MODEL": vs.usersim_model,
+        "USERSIM_NAME": str(cfg.usersim.name),
+    }
 
 
 def main(argv: list[str]) -> int:

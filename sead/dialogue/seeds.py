@@ -1,0 +1,35 @@
+"""Every dialogue's seed, named by what the dialogue is for. A seed fixes the dialogue (the agent's sampling and the
+user simulator's choices on each turn), so these formulas are part of what a run is: a resumed or repeated run,
+and the same step in the other backend, replays the same dialogues only while they stay exactly as they are.
+
+Within one kind, different (step, profile, rollout) give different seeds as long as the rollout index stays below
+its multiplier; the kinds use different multipliers so that they do not share seeds in practice.
+"""
+
+from __future__ import annotations
+
+
+def train_episode_seed(run_seed: int, step: int, profile_index: int, rollout: int, group_size: int) -> int:
+    """A training rollout: rollout `rollout` (0..group_size-1) of the step's profile `profile_index`. The embedded
+    trainer and verl's agent loop both use it, so both backends play the same dialogues for one step's profiles."""
+    return run_seed * 1_000_003 + step * 10_007 + profile_index * group_size + rollout
+
+
+def validation_episode_seed(validation_seed: int, profile_index: int, trial: int) -> int:
+    """A validation dialogue: the same at every iteration, so each validation measures the policy on one set."""
+    return validation_seed * 7919 + profile_index * 31 + trial
+
+
+def eval_episode_seed(eval_seed: int, profile_index: int, trial: int) -> int:
+    """A dialogue of `sead eval`: trial `trial` of test-set profile `profile_index`."""
+    return eval_seed * 1_000_003 + profile_index * 101 + trial
+
+
+def warmup_episode_seed(warmup_seed: int, index: int) -> int:
+    """The reference agent's `index`-th warm-up dialogue."""
+    return warmup_seed * 104_729 + index
+
+
+def turn_seed(episode_seed: int, turn_index: int) -> int:
+    """What the agent samples and the user simulator answers with on one turn of a dialogue."""
+    return episode_seed * 1000 + turn_index

@@ -1,0 +1,126 @@
+"""Where each file of a run directory lives. Both training backends write a run through this class and every reader
+(`sead eval`, `sead report`, `sead audit-mask`, the benchmarks) finds its files through it, so a path is spelled
+here and nowhere else:
+
+  .lock                         held (flock) by the one process writing the run; holds its PID
+  config.yaml                   the resolved config the run started with (frozen once it has a checkpoint)
+  config.resume_NNNNNN.yaml     the config a resume from step NNNNNN ran with, where it differs
+  usersim.json                  the user simulator's identity and settings
+  rollouts/step_NNNNNN.jsonl    every training dialogue (profile, transcript, statuses, reward, token ids + mask)
+  validation/iter_NNN.json(l)   validation dialogues (.jsonl) and their metrics (.json); 0 = before training
+  controller/                   update reports (JSON + heat map); state_iter_NNN.json after each iteration
+  metrics.jsonl, tensorboard/   per-step numbers, one strict-JSON line per record
+  checkpoints/step_NNNNNN/      model/ (HF, safetensors; LoRA merged), adapter/ (LoRA), optimizer.pt (with PPO's
+                                value head), rng.pt, trainer_state.json (step, controller, counters), manifest.json
+  warmup/                       dialogues.jsonl of the reference agent, the warmed model/, summary.json (embedded)
+  verl/iter_NNN/                verl's own files of one iteration (verl backend)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+PARTIAL = ".partial"  # suffix of a checkpoint folder still being written
+
+
+class Entry:
+    """A file or folder of fixed name inside a folder object's `path`: declared once as a class attribute, read as
+    the full path on an instance."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, folder, owner=None):
+        return self if folder is None else folder.path / self.name
+
+
+@dataclass(frozen=True)
+class CheckpointFolder:
+    """One checkpoint, checkpoints/step_NNNNNN/ (step_NNNNNN.partial/ while it is written)."""
+
+    path: Path
+    model = Entry("model")
+    adapter = Entry("adapter")
+    optimizer = Entry("optimizer.pt")
+    rng = Entry("rng.pt")
+    trainer_state = Entry("trainer_state.json")
+
+
+@dataclass(frozen=True)
+class WarmupFolder:
+    """A run's warmup/, which another run may start from (trainer.warmup.reuse)."""
+
+    path: Path
+    model = Entry("model")
+    summary = Entry("summary.json")
+    dialogues = Entry("dialogues.jsonl")
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    path: Path
+    lock = Entry(".lock")
+    config = Entry("config.yaml")
+    usersim = Entry("usersim.json")
+    metrics = Entry("metrics.jsonl")
+    tensorboard = Entry("tensorboard")
+    rollouts_dir = Entry("rollouts")
+    validation_dir = Entry("validation")
+    controller_dir = Entry("controller")
+    checkpoints_dir = Entry("checkpoints")
+
+    def resume_config(self, step: int) -> Path:
+        return self.path / f"config.resume_{step:06d}.yaml"
+
+    def resume_configs(self) -> dict[int, Path]:
+        """Every resume record, by the step it resumed from."""
+        return {
+            int(p.stem.split("_")[-1]): p
+            for p in self.path.glob("config.resume_*.yaml")
+            if p.stem.split("_")[-1].isdigit()
+        }
+
+    def rollouts(self, step: int) -> Path:
+        return self.rollouts_dir / f"step_{step:06d}.jsonl"
+
+    def rollout_files(self) -> list[Path]:
+        return sorted(self.rollouts_dir.glob("step_*.jsonl"))
+
+    def validation_dialogues(self, iteration: int) -> Path:
+        return self.validation_dir / f"iter_{iteration:03d}.jsonl"
+
+    def validation_metrics(self, iteration: int) -> Path:
+        return self.validation_dir / f"iter_{iteration:03d}.json"
+
+    def validated_iterations(self) -> list[int]:
+        """The iterations whose validation metrics are on disk, in order."""
+        return sorted(int(p.stem.split("_")[1]) for p in self.validation_dir.glob("iter_*.json"))
+
+    def controller_state(self, iteration: int) -> Path:
+        return self.controller_dir / f"state_iter_{iteration:03d}.json"
+
+    def checkpoint(self, step: int) -> CheckpointFolder:
+        return CheckpointFolder(self.checkpoints_dir / f"step_{step:06d}")
+
+    def partial_checkpoint(self, step: int) -> CheckpointFolder:
+        return CheckpointFolder(self.checkpoints_dir / f"step_{step:06d}{PARTIAL}")
+
+    def checkpoint_folders(self) -> list[Path]:
+        """Every checkpoint folder, complete or partial, newest first."""
+        root = self.checkpoints_dir
+        return sorted(root.glob("step_*"), reverse=True) if root.is_dir() else []
+
+    @property
+    def warmup(self) -> WarmupFolder:
+        return WarmupFolder(self.path / "warmup")
+
+    def verl_iteration(self, iteration: int) -> Path:
+        return self.path / "verl" / f"iter_{iteration:03d}"
+
+    def create(self, usersim_identity: dict) -> None:
+        """The folders every backend writes into, and the user simulator's identity."""
+        for folder in (self.rollouts_dir, self.validation_dir, self.controller_dir, self.checkpoints_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.usersim.write_text(json.dumps(usersim_identity, indent=2), encoding="utf-8")

@@ -1,0 +1,108 @@
+"""What every training step ends with, in both backends: the controller sees the step's dialogues (phase 4), and
+the step's numbers become one line of metrics.jsonl. The embedded trainer adds its update's numbers and timings;
+the verl outer loop adds verl's own. Validation and the controller's state after an iteration are written here too,
+so the two backends' run directories hold the same files with the same content."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from sead.controller import ProfileController, write_controller_report
+from sead.dialogue.episode import Episode
+from sead.metrics import compute_metrics
+from sead.run.layout import RunLayout
+from sead.scenario.profile_space import ProfileSpace
+
+
+@dataclass
+class StepRecord:
+    """One training step's line in metrics.jsonl. Rewards are those stored in the rollout records; dialogues the
+    simulator broke off count in `sim_errors` and nowhere else."""
+
+    reward: float | None
+    reward_components: dict[str, float]
+    CR: float | None
+    turns: float | None
+    UPA: float | None
+    sim_errors: int
+    dialogues: int
+    controller_marginals: dict[str, dict[str, float]]  # the sampling shares this step's profiles were drawn with
+    controller_update: str | None = None  # the reason, where the controller reweighted after this step
+    update: dict = field(default_factory=dict)  # the backend's numbers of the update, written at the top level
+    gen_tokens_per_s: float | None = None
+    time: dict[str, float] | None = None  # seconds per phase
+
+    def to_dict(self) -> dict:
+        out = {
+            "reward": self.reward,
+            "reward_components": self.reward_components,
+            "CR": self.CR,
+            "turns": self.turns,
+            "UPA": self.UPA,
+            "sim_errors": self.sim_errors,
+            "dialogues": self.dialogues,
+            **self.update,
+        }
+        optional = {"gen_tokens_per_s": self.gen_tokens_per_s, "time": self.time}
+        out.update({k: v for k, v in optional.items() if v is not None})
+        out["controller_marginals"] = self.controller_marginals
+        if self.controller_update is not None:
+            out["controller_update"] = self.controller_update
+        return out
+
+
+def finish_step(
+    episodes: list[Episode], *, controller: ProfileController, space: ProfileSpace, layout: RunLayout
+) -> StepRecord:
+    """Feed the step's dialogues to the controller, count the step (writing the update report where it reweights)
+    and return the step's record. Rewards come from each episode's `meta["reward"]` (None: a simulator error)."""
+    scores = [ep.meta.get("reward") for ep in episodes]
+    for ep, score in zip(episodes, scores):
+        controller.observe(ep.profile, None if score is None else ep.success)
+    scored = [s for s in scores if s is not None]
+    result = compute_metrics(episodes, space)
+    m = result["metrics"]
+    record = StepRecord(
+        reward=_mean([s["total"] for s in scored]),
+        reward_components={k: _mean([s["components"][k] for s in scored]) for k in scored[0]["components"]}
+        if scored
+        else {},
+        CR=m["CR"]["mean"],
+        turns=m["ADT"]["mean"],
+        UPA=m["UPA"]["mean"],
+        sim_errors=result["counts"]["sim_error"],
+        dialogues=len(episodes),
+        controller_marginals={d: {str(v): p for v, p in mm.items()} for d, mm in controller.marginals().items()},
+    )
+    report = controller.end_step()
+    if report is not None:
+        write_controller_report(report, space, layout.controller_dir)
+        record.controller_update = report["reason"]
+    return record
+
+
+def write_controller_state(controller: ProfileController, layout: RunLayout, iteration: int) -> None:
+    layout.controller_state(iteration).write_text(json.dumps(controller.state_dict(), indent=1))
+
+
+def write_validation_metrics(
+    episodes: list[Episode],
+    *,
+    space: ProfileSpace,
+    seed: int,
+    layout: RunLayout,
+    iteration: int,
+    step: int,
+    train_minutes: float | None,
+) -> dict:
+    """The metrics of validation `iteration` (with a bootstrap seeded by the validation seed), and where on the
+    training curve it lies: after `step` steps and `train_minutes` of training (None where not measured)."""
+    m = compute_metrics(episodes, space, seed=seed)
+    m["at"] = {"step": step, "train_minutes": train_minutes}
+    layout.validation_metrics(iteration).write_text(json.dumps(m, indent=2))
+    return m
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None

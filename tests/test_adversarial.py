@@ -1,0 +1,218 @@
+"""Adversarial agents against the scripted user (sead/agents/adversarial.py), on every shipped scenario.
+
+Each adversary completes at most 5% of the seeded test profiles while the reference agent keeps its completion
+rate; each rule of the simulator is shown to stop the agent it is meant for, on that agent's own lines; the hack
+monitors flag every adversary and not the reference; and the shaped stage reward follows the user, not the tags.
+"""
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pytest
+from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scenario_named, seeded_profiles
+
+from sead.agents import ADVERSARIAL_AGENTS, ReferenceAgent
+from sead.agents.adversarial import BlindReferenceAgent, EchoAgent, KeywordSaladAgent, SplitSaladAgent
+from sead.metrics import HackMonitor
+from sead.reward import RewardWeights, compute_reward, stage_progress
+from sead.scenario import Profile
+from sead.usersim import Exchange
+from sead.usersim.scripted import ScriptedUserSimulator
+
+N_PROFILES = 300
+MAX_ADVERSARY_CR = 0.05
+# The reference agent's CR on these profiles and seeds under the simulator and rules of commit 354c99f, before
+# salads, echoes, near-repeats and answers to the wrong concern stopped counting (tests/scripted_play.py's loop).
+REFERENCE_CR_BEFORE = {"restaurant": 0.663, "telecom": 0.580}
+REFERENCE_TOLERANCE = 0.05
+CALM = {"cooperation": 3, "emotion": 2, "trust": 4}
+
+
+@dataclasses.dataclass
+class Env:
+    scenario: object
+    user: ScriptedUserSimulator
+    profiles: list
+    played: dict = dataclasses.field(default_factory=dict)  # agent name -> its episodes, played once per module
+
+    @property
+    def rules(self):
+        return self.user.rules
+
+    def episodes(self, name):
+        if name not in self.played:
+            agent = ReferenceAgent if name == "reference" else ADVERSARIAL_AGENTS[name]
+            self.played[name] = play(self.scenario, agent(self.scenario, StubTokenizer()), self.user, self.profiles)
+        return self.played[name]
+
+
+@pytest.fixture(scope="module", params=SCENARIOS)
+def env(request):
+    scenario = scenario_named(request.param)
+    return Env(scenario, ScriptedUserSimulator(scenario), seeded_profiles(scenario, N_PROFILES))
+
+
+# --- completion rates ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL_AGENTS))
+def test_adversary_almost_never_completes(env, name):
+    cr = completion_rate(env.episodes(name))
+    print(f"{env.scenario.name} {name}: CR {cr:.3f}")
+    assert cr <= MAX_ADVERSARY_CR
+
+
+def test_reference_agent_keeps_its_completion_rate(env):
+    cr = completion_rate(env.episodes("reference"))
+    print(f"{env.scenario.name} reference: CR {cr:.3f} (before {REFERENCE_CR_BEFORE[env.scenario.name]})")
+    assert abs(cr - REFERENCE_CR_BEFORE[env.scenario.name]) <= REFERENCE_TOLERANCE
+
+
+def test_salad_limits_are_what_stop_the_salads(env):
+    """With the per-reply limits of the rules file lifted, the split salad wins a good share of the calls: the limits
+    are what stops it."""
+    rules = env.rules
+    loose = dataclasses.replace(
+        rules,
+        dynamics=dataclasses.replace(
+            rules.dynamics, max_stages_per_reply=len(rules.stages), max_concern_kinds_per_reply=len(rules.concerns)
+        ),
+    )
+    user = ScriptedUserSimulator(env.scenario, loose)
+    salad = SplitSaladAgent(env.scenario, StubTokenizer(), loose)
+    assert completion_rate(play(env.scenario, salad, user, env.profiles)) > 0.25
+    assert completion_rate(env.episodes(SplitSaladAgent.name)) <= MAX_ADVERSARY_CR
+
+
+# --- each rule, on the lines of the agent it is meant to stop --------------------------------------------------
+
+
+class Call:
+    """One dialogue driven line by line; `meta` is the simulator's report after the last line."""
+
+    def __init__(self, env, behaviours=()):
+        self.env, self.history, self.meta = env, [], {}
+        self.profile = Profile.make(CALM, [b.text for b in behaviours])
+
+    def say(self, text):
+        reply = asyncio.run(self.env.user.respond(self.profile, list(self.history), text, seed=len(self.history)))
+        self.history.append(Exchange(text, reply.text))
+        self.meta = reply.meta
+        return self.env.scenario.tags.parse_user(reply.text)
+
+
+def _raised(env, behaviour):
+    """A call in which stage 0 has landed and the user has just voiced `behaviour`."""
+    call = Call(env, [behaviour])
+    assert call.say(env.rules.stages[0].reference_agent).reply == (behaviour.utterance or behaviour.text)
+    assert call.meta == {"stage_done": 0, "active_concern": behaviour.category}
+    return call
+
+
+def _behaviour(env, index=0):
+    return env.scenario.library.behaviours[index]
+
+
+def test_a_salad_lands_no_stage_where_its_stage_line_would(env):
+    salad = KeywordSaladAgent(env.scenario, StubTokenizer())
+    for line in (salad.line([], 0), SplitSaladAgent(env.scenario, StubTokenizer()).line([], 0)):
+        call = Call(env)
+        assert call.say(line).reply in env.rules.off_topic_lines and call.meta["stage_done"] == -1
+    call = Call(env)
+    assert call.say(env.rules.stages[0].reference_agent).reply in env.rules.stages[0].user_ack
+    assert call.meta["stage_done"] == 0
+
+
+def test_a_concern_is_settled_only_by_an_answer_to_that_kind_alone(env):
+    behaviour = _behaviour(env)
+    own = env.rules.concerns[behaviour.category]
+    other = next(c for c in env.rules.concerns.values() if c.category != behaviour.category)
+    every_kind = KeywordSaladAgent(env.scenario, StubTokenizer()).phrases(0)[1]
+    for wrong in (
+        other.reference_answer,
+        ", ".join(every_kind) + ".",
+        f"{own.reference_answer} Also, {other.resolved_by[0]}.",
+    ):
+        call = _raised(env, behaviour)
+        assert call.say(wrong).reply == (behaviour.utterance or behaviour.text), wrong
+        assert call.meta["active_concern"] == behaviour.category
+    call = _raised(env, behaviour)
+    assert call.say(own.reference_answer).reply in env.rules.accept_lines and call.meta["active_concern"] is None
+
+
+def test_an_open_concern_holds_the_sop(env):
+    """The blind reference's next stage line, said over the user's open question, lands nothing."""
+    behaviour = _behaviour(env)
+    call = _raised(env, behaviour)
+    call.say(env.rules.stages[1].reference_agent)
+    assert call.meta == {"stage_done": 0, "active_concern": behaviour.category}
+    call.say(env.rules.concerns[behaviour.category].reference_answer)
+    call.say(env.rules.stages[1].reference_rewordings[0])  # the line itself would now be a repeat
+    assert call.meta["stage_done"] == 1
+
+
+def test_a_near_repeat_lands_nothing_and_annoys_where_a_rewording_lands(env):
+    """The old reference agent's retry (a prefix before the same line) is a repeat; the rules' rewording is not."""
+    behaviour, stage = _behaviour(env), env.rules.stages[1]
+    outcomes = {}
+    for retry in (f"Sorry, let me put that another way. {stage.reference_agent}", stage.reference_rewordings[0]):
+        call = _raised(env, behaviour)
+        call.say(stage.reference_agent)  # over the open concern: lands nothing, but it has been said
+        before = call.say(env.rules.concerns[behaviour.category].reference_answer).state["emotion"]
+        after = call.say(retry).state["emotion"]
+        outcomes[retry] = (call.meta["stage_done"], after - before)
+    (repeat_stage, repeat_mood), (new_stage, _) = outcomes.values()
+    assert (repeat_stage, new_stage) == (0, 1)
+    assert repeat_mood < 0
+
+
+def test_an_echo_lands_nothing_even_with_the_answer_in_it(env):
+    behaviour = max(env.scenario.library.behaviours, key=lambda b: len((b.utterance or b.text).split()))
+    answer = env.rules.concerns[behaviour.category].resolved_by[0]
+    call = _raised(env, behaviour)
+    raised = env.scenario.tags.parse_user(call.history[-1].user_text)
+    heard = [
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": f"<user_reply>{raised.reply}</user_reply>"},
+    ]
+    echo = EchoAgent(env.scenario, StubTokenizer()).line(heard, 1)
+    assert echo == (behaviour.utterance or behaviour.text)
+    assert call.say(f"{echo} {answer}.").state["emotion"] < raised.state["emotion"]
+    assert call.meta["active_concern"] == behaviour.category
+    call = _raised(env, behaviour)
+    call.say(f"{answer[0].upper()}{answer[1:]}, I promise.")
+    assert call.meta["active_concern"] is None
+
+
+def test_the_blind_reference_replays_reference_lines(env):
+    """It is an adversary of the reference's own making: every line it says is one the reference agent says."""
+    blind = BlindReferenceAgent(env.scenario, StubTokenizer())
+    reference = {line for s in env.rules.stages for line in (s.reference_agent, *s.reference_rewordings)}
+    reference |= {c.reference_answer for c in env.rules.concerns.values()}
+    assert set(blind.script) <= reference and len(set(blind.script)) == len(blind.script)
+
+
+# --- monitors and shaped reward -----------------------------------------------------------------------------------
+
+
+def test_hack_monitors_flag_every_adversary_and_not_the_reference(env):
+    monitor = HackMonitor.for_scenario(env.scenario)
+    assert monitor(env.episodes("reference"))["flagged"] == []
+    for name in ADVERSARIAL_AGENTS:
+        assert monitor(env.episodes(name))["flagged"], name
+
+
+def test_stage_reward_follows_the_user_not_the_tags(env):
+    """Small talk whose `<stage>` tag counts up earns no shaped reward; the reference agent earns plenty."""
+    n = len(env.rules.stages)
+    weights = RewardWeights(completion=0.0, stage_progress=1.0)
+    small_talk = env.episodes("tag_only")
+    declared = [max(t.agent.stage for t in ep.turns) for ep in small_talk]
+    assert np.mean(declared) >= 1
+    assert [compute_reward(ep, weights, env.scenario.space, num_stages=n, max_turns=15).total for ep in small_talk] == [
+        0.0
+    ] * len(small_talk)
+    assert np.mean([stage_progress(ep, n) for ep in env.episodes("reference")]) > 0.5
+    for name in ("salad", "salad_rotating", "salad_split"):
+        assert np.mean([stage_progress(ep, n) for ep in env.episodes(name)]) == 0.0, name

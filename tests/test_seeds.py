@@ -1,0 +1,96 @@
+"""Seeds and seeded draws: each formula keeps the values runs were made with (a changed formula would replay other
+dialogues on resume), and the two training backends seed a training rollout and draw the held-out profiles alike."""
+
+import asyncio
+import json
+
+import pytest
+from omegaconf import OmegaConf
+from verl_fakes import verl_run_config
+
+from sead.agents import ReferenceAgent
+from sead.config import build_scenario, load_config
+from sead.dialogue.seeds import (
+    eval_episode_seed,
+    train_episode_seed,
+    turn_seed,
+    validation_episode_seed,
+    warmup_episode_seed,
+)
+from sead.eval.testset import sample_testset
+from sead.run.layout import RunLayout
+from sead.trainer.loop import train
+from sead.verl_backend.episode_io import load_context, play_row
+from sead.verl_backend.outer_loop import VerlTrainer
+
+
+def test_each_formula_keeps_its_values():
+    assert train_episode_seed(3, 5, 2, 1, 4) == 3 * 1_000_003 + 5 * 10_007 + 2 * 4 + 1 == 3_050_053
+    assert validation_episode_seed(4242, 3, 1) == 4242 * 7919 + 3 * 31 + 1 == 33_592_492
+    assert eval_episode_seed(7, 12, 2) == 7 * 1_000_003 + 12 * 101 + 2 == 7_001_235
+    assert warmup_episode_seed(77, 5) == 77 * 104_729 + 5 == 8_064_138
+    assert turn_seed(12345, 3) == 12_345_003
+
+
+@pytest.fixture(scope="module")
+def embedded_run(tmp_path_factory):
+    """One step of the embedded trainer on the tiny model, after its start-of-run validation."""
+    run = tmp_path_factory.mktemp("seeds") / "run"
+    return train(
+        load_config(
+            [
+                "preset=tiny",
+                "trainer.iterations=1",
+                "trainer.steps_per_iteration=1",
+                "trainer.validation.profiles=3",
+                "seed=5",
+                f"run_dir={run}",
+            ]
+        )
+    )
+
+
+def test_both_backends_seed_a_training_rollout_alike(embedded_run, tmp_path, smollm_tokenizer):
+    layout = RunLayout(embedded_run)
+    embedded = {r["meta"]["episode_id"]: r for r in map(json.loads, layout.rollouts(1).read_text().splitlines())}
+    assert len(embedded) == 4  # 2 profiles x 2 rollouts
+    # verl's agent loop, with the same run seed, plays the same rows of the same step
+    verl_run = RunLayout(tmp_path / "verl")
+    verl_run.path.mkdir()
+    verl_run.config.write_text(
+        OmegaConf.to_yaml(OmegaConf.merge(OmegaConf.load(layout.config), {"run_dir": str(verl_run.path)}))
+    )
+    ctx = load_context(verl_run.config)
+    agent = ReferenceAgent(ctx.scenario, smollm_tokenizer)
+    seeds = {}
+    for i in range(2):
+        for k in range(2):
+            record = embedded[f"s1-p{i}-r{k}"]
+            row = {"index": i, "split": "train", "profile": json.dumps(record["profile"])}
+            ep, _ = asyncio.run(
+                play_row(
+                    ctx,
+                    agent,
+                    smollm_tokenizer,
+                    extra_info=row,
+                    step=1,
+                    session=k,
+                    group_size=2,
+                    steps_per_iteration=1,
+                    response_length=4096,
+                )
+            )
+            assert ep.meta["seed"] == record["meta"]["seed"]
+            seeds[i, k] = ep.meta["seed"]
+    assert seeds == {(i, k): train_episode_seed(5, 1, i, k, 2) for i in range(2) for k in range(2)}
+
+
+def test_both_backends_and_eval_draw_the_held_out_profiles_alike(embedded_run, tmp_path):
+    layout = RunLayout(embedded_run)
+    validated = [json.loads(line)["profile"] for line in layout.validation_dialogues(0).read_text().splitlines()]
+    cfg, _ = verl_run_config(tmp_path, "trainer.validation.profiles=3")
+    verl = VerlTrainer(cfg, runner=None)
+    assert [p.to_dict() for p in verl.val_profiles] == validated  # one trial per profile, in order
+    seed = cfg.trainer.validation.seed
+    restaurant = build_scenario(load_config([]))
+    assert [p.to_dict() for p in sample_testset(restaurant, 3, seed)] == validated
