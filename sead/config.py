@@ -40,7 +40,8 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "sead") -> Dic
             cfg = compose(config_name=config_name, overrides=list(overrides))
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as e:
-        raise SEADInputError(f"bad config or override: {e}".strip()) from None
+        message = str(e).split("Config search path:")[0]  # where Hydra looked is noise to a user
+        raise SEADInputError(f"bad config or override: {message}".strip()) from None
     except UnicodeDecodeError:
         from sead.errors import read_user_text
 

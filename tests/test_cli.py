@@ -194,3 +194,9 @@ def test_values_that_used_to_hang_fail_before_a_model_loads_or_a_folder_is_writt
     assert main([*argv, f"run_dir={tmp_path / 'run'}", f"eval.out_dir={tmp_path / 'eval'}"]) == 2
     assert message in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []  # no run directory, test set or results folder
+
+
+def test_an_unknown_config_choice_lists_the_choices_without_hydras_search_path(capsys):
+    assert main(["train", "controller=nope"]) == 2
+    out = capsys.readouterr().out
+    assert "Could not find 'controller/nope'" in out and "sead_joint" in out and "search path" not in out

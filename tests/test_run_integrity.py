@@ -294,7 +294,18 @@ def test_a_dead_user_simulator_fails_before_the_model_loads(tmp_path, capsys, mo
     dead = ["usersim=openai", "usersim.base_urls=[http://127.0.0.1:9/v1]"]
     assert main(["train", *TINY, *dead, f"run_dir={tmp_path / 'run'}"]) == 2
     assert "http://127.0.0.1:9/v1" in capsys.readouterr().out
-    assert not RunLayout(tmp_path / "run").config.exists()
+    assert not (tmp_path / "run").exists()  # no empty run left behind
+
+
+def test_a_run_that_fails_before_any_result_leaves_no_folder_but_never_removes_one_it_found(tmp_path, capsys):
+    bad_model = ["preset=tiny", "model.preset=path", f"model.path={tmp_path / 'missing'}"]
+    assert main(["train", *bad_model, f"run_dir={tmp_path / 'new'}"]) == 2
+    assert "no config.json" in capsys.readouterr().out and not (tmp_path / "new").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's own file")
+    assert main(["train", *bad_model, f"run_dir={mine}"]) == 2
+    assert (mine / "notes.txt").read_text() == "the user's own file"
 
 
 class DownForEveryOtherDialogue(UserSimulator):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,9 @@ from sead.run.layout import RunLayout
 @contextmanager
 def run_dir_lock(run_dir: Path) -> Iterator[None]:
     """Hold `run_dir` for the `with` block; raise SEADInputError naming the holder's PID if another process
-    holds it."""
+    holds it. A folder this call created is removed again if the block fails before it holds any result (a bad
+    model path or a dead simulator must not leave an empty run behind)."""
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(RunLayout(run_dir).lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -36,6 +39,18 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        yield
+        try:
+            yield
+        except BaseException:
+            if created and _scaffolding_only(run_dir):
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
     finally:
         os.close(fd)  # closing the only descriptor releases the lock
+
+
+def _scaffolding_only(run_dir: Path) -> bool:
+    """Nothing but what a run writes before its first result: the lock, its config, empty folders."""
+    layout = RunLayout(run_dir)
+    setup = {layout.lock, layout.config, layout.usersim}
+    return all(p in setup or (p.is_dir() and not any(p.iterdir())) for p in run_dir.iterdir())
