@@ -95,3 +95,24 @@ def test_finish_step_feeds_the_controller_and_records_the_step(tmp_path, restaur
     assert json.loads(layout.validation_metrics(2).read_text()) == m
     assert m["at"] == {"step": 4, "train_minutes": None} and m["counts"]["sim_error"] == 1
     assert m["metrics"]["CR"] == compute_metrics(episodes, restaurant.space, seed=7)["metrics"]["CR"]
+
+
+def test_the_step_record_carries_the_hack_monitors_when_given(tmp_path, restaurant, played):
+    from sead.metrics import HackMonitor
+
+    _, _, episodes = played
+    layout = RunLayout(tmp_path / "run")
+    layout.create({"name": "scripted"})
+    monitor = HackMonitor.for_scenario(restaurant)
+
+    def controller():
+        return ProfileController(
+            restaurant, make_curriculum("fixed", restaurant.space, restaurant.default_marginals), seed=0
+        )
+
+    plain = finish_step(episodes, controller=controller(), space=restaurant.space, layout=layout)
+    watched = finish_step(episodes, controller=controller(), space=restaurant.space, layout=layout, monitor=monitor)
+    assert "hack_monitors" not in plain.to_dict()
+    line = json.loads(json.dumps(watched.to_dict()))
+    assert line["hack_monitors"] == json.loads(json.dumps(monitor(episodes)))
+    assert line["hack_monitors"]["flagged"] == []  # the reference agent games nothing

@@ -34,6 +34,7 @@ def test_tiny_loop_writes_the_run_layout(tmp_path):
     layout = RunLayout(run)
     steps = [json.loads(l) for l in layout.metrics.read_text().splitlines() if "reward" in l]
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
+    assert all("words_per_reply" in s["hack_monitors"] and "flagged" in s["hack_monitors"] for s in steps)
     for key in (
         "reward",
         "CR",

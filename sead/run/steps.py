@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sead.controller import ProfileController, write_controller_report
 from sead.dialogue.episode import Episode
-from sead.metrics import compute_metrics
+from sead.metrics import HackMonitor, compute_metrics
 from sead.run.layout import RunLayout
 from sead.scenario.profile_space import ProfileSpace
 
@@ -32,6 +32,7 @@ class StepRecord:
     update: dict = field(default_factory=dict)  # the backend's numbers of the update, written at the top level
     gen_tokens_per_s: float | None = None
     time: dict[str, float] | None = None  # seconds per phase
+    hack_monitors: dict | None = None  # sead.metrics.HackMonitor on this step's dialogues (scenarios with rules)
 
     def to_dict(self) -> dict:
         out = {
@@ -44,7 +45,7 @@ class StepRecord:
             "dialogues": self.dialogues,
             **self.update,
         }
-        optional = {"gen_tokens_per_s": self.gen_tokens_per_s, "time": self.time}
+        optional = {"gen_tokens_per_s": self.gen_tokens_per_s, "time": self.time, "hack_monitors": self.hack_monitors}
         out.update({k: v for k, v in optional.items() if v is not None})
         out["controller_marginals"] = self.controller_marginals
         if self.controller_update is not None:
@@ -53,15 +54,21 @@ class StepRecord:
 
 
 def finish_step(
-    episodes: list[Episode], *, controller: ProfileController, space: ProfileSpace, layout: RunLayout
+    episodes: list[Episode],
+    *,
+    controller: ProfileController,
+    space: ProfileSpace,
+    layout: RunLayout,
+    monitor: HackMonitor | None = None,
 ) -> StepRecord:
     """Feed the step's dialogues to the controller, count the step (writing the update report where it reweights)
-    and return the step's record. Rewards come from each episode's `meta["reward"]` (None: a simulator error)."""
+    and return the step's record. Rewards come from each episode's `meta["reward"]` (None: a simulator error);
+    `monitor` adds the reward-hacking monitors, so a policy learning to game the user shows in the log."""
     scores = [ep.meta.get("reward") for ep in episodes]
     for ep, score in zip(episodes, scores):
         controller.observe(ep.profile, None if score is None else ep.success)
     scored = [s for s in scores if s is not None]
-    result = compute_metrics(episodes, space)
+    result = compute_metrics(episodes, space, monitor=monitor)
     m = result["metrics"]
     record = StepRecord(
         reward=_mean([s["total"] for s in scored]),
@@ -74,6 +81,7 @@ def finish_step(
         sim_errors=result["counts"]["sim_error"],
         dialogues=len(episodes),
         controller_marginals={d: {str(v): p for v, p in mm.items()} for d, mm in controller.marginals().items()},
+        hack_monitors=result.get("hack_monitors"),
     )
     report = controller.end_step()
     if report is not None:

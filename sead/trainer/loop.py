@@ -15,6 +15,7 @@ from rich.console import Console
 from sead.config import build_controller, build_scenario, build_usersim, check_config, group_config, runner_config
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
 from sead.dialogue.seeds import train_episode_seed, validation_episode_seed
+from sead.metrics import HackMonitor
 from sead.models.loading import ModelConfig, load_model
 from sead.progress import progress_bar
 from sead.run.fixed_profiles import fixed_profiles
@@ -69,6 +70,7 @@ class Trainer:
         self.runner_cfg = runner_config(cfg)
         self.model_cfg: ModelConfig = group_config(cfg, "model")
         self.scenario = build_scenario(cfg)
+        self.monitor = HackMonitor.for_scenario(self.scenario)  # per-step reward-hacking monitors
         self.controller = build_controller(cfg, self.scenario)
         self.user = build_usersim(cfg, self.scenario)
         asyncio.run(self.user.check_health())  # a dead simulator fails here, not after minutes of loading
@@ -209,7 +211,9 @@ class Trainer:
         t1 = time.perf_counter()
         update = self.updater.step(seqs)
         t_upd = time.perf_counter() - t1
-        record = finish_step(eps, controller=self.controller, space=self.scenario.space, layout=self.layout)
+        record = finish_step(
+            eps, controller=self.controller, space=self.scenario.space, layout=self.layout, monitor=self.monitor
+        )
         record.update = {**update, **group_counts}
         record.gen_tokens_per_s = (self.policy.generated_tokens - tokens_before) / max(t_roll, 1e-9)
         record.time = {"rollout_s": t_roll, "update_s": t_upd, "step_s": time.perf_counter() - t0}
@@ -287,6 +291,11 @@ def _summary(step: int, total: int, r: StepRecord) -> str:
         f"{update}  gen {r.gen_tokens_per_s:.1f} tok/s  "
         f"rollout {t['rollout_s']:.0f}s update {t['update_s']:.0f}s"
         + (f"  | controller: {r.controller_update}" if r.controller_update else "")
+        + (
+            f"  | hack monitors flag: {', '.join(flagged)}"
+            if (flagged := (r.hack_monitors or {}).get("flagged"))
+            else ""
+        )
     )
 
 

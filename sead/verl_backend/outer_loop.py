@@ -27,6 +27,7 @@ from sead.config import build_controller, build_scenario, build_usersim
 from sead.dialogue.episode import Episode
 from sead.dialogue.rollout_log import read_rollouts
 from sead.errors import SEADInputError
+from sead.metrics import HackMonitor
 from sead.run.checkpoints import commit_checkpoint, new_checkpoint_dir
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.json_lines import read_json_lines
@@ -54,6 +55,7 @@ class VerlTrainer:
         self.vs = verl_settings(cfg)
         self.tc = check_sead_config(cfg, self.vs)
         self.scenario = build_scenario(cfg)
+        self.monitor = HackMonitor.for_scenario(self.scenario)  # per-step reward-hacking monitors
         self.controller = build_controller(cfg, self.scenario)
         self.layout = RunLayout(Path(str(cfg.run_dir)).resolve())
         self.model_path, self.step = str(cfg.model.path), 0
@@ -145,7 +147,13 @@ class VerlTrainer:
             if not path.exists():
                 raise RuntimeError(f"verl finished but wrote no dialogues for step {self.step} ({path})")
             episodes = [Episode.from_dict(r) for r in read_rollouts(path)]
-            record = finish_step(episodes, controller=self.controller, space=self.scenario.space, layout=self.layout)
+            record = finish_step(
+                episodes,
+                controller=self.controller,
+                space=self.scenario.space,
+                layout=self.layout,
+                monitor=self.monitor,
+            )
             record.update = {"verl": verl_steps.get(local, {})}
             logger.log(self.step, record.to_dict())
         write_controller_state(self.controller, self.layout, iteration + 1)
