@@ -62,8 +62,13 @@ def cache(tmp_path, monkeypatch, smollm_tokenizer):
     return smollm.cache_dir() / "tokenizer", builds
 
 
-def test_a_current_checked_folder_is_reused(cache):
+def test_a_current_checked_folder_is_reused_without_reading_the_gguf_again(cache, monkeypatch):
     folder, builds = cache
+
+    def no_reading(gguf):
+        raise AssertionError("the GGUF was read again: seconds on every start")
+
+    monkeypatch.setattr(smollm, "gguf_special_ids", no_reading)
     assert smollm.tokenizer_dir() == folder and builds == []
 
 
@@ -78,7 +83,11 @@ def test_a_folder_from_other_inputs_is_converted_again(cache, change):
         rec[change] = "0.0.1"
         rec_path.write_text(json.dumps(rec))
     assert smollm.tokenizer_dir() == folder and len(builds) == 1
-    assert json.loads(rec_path.read_text()) == smollm.provenance(smollm.locate_gguf())
+    gguf = smollm.locate_gguf()
+    assert json.loads(rec_path.read_text()) == {
+        **smollm.provenance(gguf),
+        smollm.SPECIAL_IDS: smollm.gguf_special_ids(gguf),
+    }
 
 
 def test_a_folder_that_fails_the_check_is_converted_again(cache):

