@@ -200,3 +200,8 @@ def test_an_unknown_config_choice_lists_the_choices_without_hydras_search_path(c
     assert main(["train", "controller=nope"]) == 2
     out = capsys.readouterr().out
     assert "Could not find 'controller/nope'" in out and "sead_joint" in out and "search path" not in out
+
+
+def test_profiles_sample_refuses_a_count_outside_its_declared_range(tmp_path, capsys):
+    assert main(["profiles", "sample", "profiles.n=0", f"profiles.out={tmp_path / 'p.jsonl'}"]) == 2
+    assert "[profiles.n]: must be >= 1, got 0" in capsys.readouterr().out and not (tmp_path / "p.jsonl").exists()

@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from rich.table import Table
 
 from sead.cli.registry import command, console
-from sead.config import build_controller, build_scenario, project_root
+from sead.config import ProfilesConfig, build_controller, build_scenario, project_root, to_schema
 from sead.errors import SEADInputError
 
 
@@ -56,13 +56,12 @@ def scenario_check(cfg: DictConfig, args: list[str]) -> int:
 def profiles_sample(cfg: DictConfig, args: list[str]) -> int:
     from sead.scenario import write_profiles
 
+    settings = to_schema(ProfilesConfig, cfg.get("profiles"), "profiles")  # n >= 1, declared on the field
     scenario = build_scenario(cfg)
     controller = build_controller(cfg, scenario)
-    n = int(cfg.profiles.n)
-    if n < 1:
-        raise SEADInputError(f"must be >= 1, got {n}", field="profiles.n")
+    n = settings.n
     profiles = controller.sample(n)
-    out = Path(str(cfg.profiles.out))
+    out = Path(settings.out)
     path = write_profiles(profiles, out if out.is_absolute() else Path.cwd() / out)
     table = Table(title=f"{n} profiles -> {path}")
     table.add_column("dimension")
