@@ -23,9 +23,10 @@ from transformers import DynamicCache
 from sead.config import build_scenario, load_config
 from sead.dialogue import AgentRequest
 from sead.models.loading import ModelConfig, load_model
+from sead.policy.hf import HFPolicy
+from sead.policy.settings import SamplingConfig
+from sead.policy.turn_cache import GrowingCache
 from sead.trainer.estimators import Sequence
-from sead.trainer.policy import HFPolicy, SamplingConfig
-from sead.trainer.turn_cache import GrowingCache
 from sead.trainer.update import masked_logprobs
 
 

@@ -189,9 +189,20 @@ class TopLevelConfig:
     verl: Any = None
 
 
+# Keys that once existed and are now derived from another; a config or command line that still sets one is told
+# where the value comes from now, and a saved run config's copy is dropped on resume (sead/run/frozen_config.py).
+RETIRED = {
+    "trainer.update.temperature": "the update uses the rollouts' own temperature: set trainer.sampling.temperature",
+    "controller.update_every": "the controller reweights once per iteration: set trainer.steps_per_iteration",
+}
+
+
 def check_config(cfg: DictConfig) -> None:
     """Every key against its schema: a misspelt top-level key, a bad key or number in a group fails at once, not
     after a model has loaded or a run folder was written by whichever part reads it first."""
+    for key, where in RETIRED.items():
+        if OmegaConf.select(cfg, key, default=None) is not None:
+            raise SEADInputError(f"no longer a setting: {where}", field=key)
     groups = {f.name for f in dataclasses.fields(TopLevelConfig) if f.type == "Any"}
     # The groups are left out here: each is checked below or where it is built (usersim may hold a `???` that
     # build_usersim names), so reading them whole would only raise OmegaConf's own error first.
@@ -203,7 +214,6 @@ def check_config(cfg: DictConfig) -> None:
 @dataclasses.dataclass
 class ControllerConfig:
     rule: str = "fixed"  # a name in sead.controller.CURRICULA, checked where it is built
-    update_every: int = number(10, ge=1)  # training steps
     target: float = number(0.5, ge=0, le=1)  # a completion rate
     band: float = number(0.1, ge=0, le=1)
     eps: float = number(0.05, gt=0, le=1)  # floor of weights that are then normalised: at 0 all could vanish
@@ -233,7 +243,10 @@ def build_controller(cfg: DictConfig, scenario):
     rule = make_curriculum(
         c.rule, scenario.space, marginals, target=c.target, band=c.band, eps=c.eps, min_count=c.min_count
     )
-    return ProfileController(scenario, rule, seed=int(cfg.seed), update_every=c.update_every)
+    # One reweighting per iteration, derived rather than set twice: the verl backend writes an iteration's profiles
+    # before it starts, so the controller can only change between iterations, and both backends must agree.
+    every = group_config(cfg, "trainer").steps_per_iteration
+    return ProfileController(scenario, rule, seed=int(cfg.seed), update_every=every)
 
 
 def reward_weights(cfg: DictConfig):

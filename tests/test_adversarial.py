@@ -1,4 +1,4 @@
-"""Adversarial agents against the scripted user (sead/agents/adversarial.py), on every shipped scenario.
+"""Adversarial agents against the scripted user (sead/policy/adversarial.py), on every shipped scenario.
 
 Each adversary completes at most 5% of the seeded test profiles while the reference agent keeps its completion
 rate; each rule of the simulator is shown to stop the agent it is meant for, on that agent's own lines; the hack
@@ -12,9 +12,15 @@ import numpy as np
 import pytest
 from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scenario_named, seeded_profiles
 
-from sead.agents import ADVERSARIAL_AGENTS, ReferenceAgent
-from sead.agents.adversarial import BlindReferenceAgent, EchoAgent, KeywordSaladAgent, SplitSaladAgent
 from sead.metrics import HackMonitor
+from sead.policy.adversarial import (
+    ADVERSARIAL_AGENTS,
+    BlindReferenceAgent,
+    EchoAgent,
+    KeywordSaladAgent,
+    SplitSaladAgent,
+)
+from sead.policy.scripted import ReferenceAgent
 from sead.reward import RewardWeights, compute_reward, stage_progress
 from sead.scenario import Profile
 from sead.usersim import Exchange

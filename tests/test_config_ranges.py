@@ -86,8 +86,9 @@ def test_each_declared_domain_refuses_just_outside_and_accepts_its_boundary(path
         ("trainer.max_batch", 0, 1, "must be >= 1, got 0"),  # 0 rows per generation call spun forever
         ("trainer.profiles_per_step", 0, 1, "must be >= 1, got 0"),  # an empty step
         ("eval.max_batch", 0, 1, "must be >= 1, got 0"),
-        ("trainer.update.temperature", 0, 0.5, "must be > 0"),  # the update divides logits by it
-        ("trainer.sampling.temperature", -0.5, 0, "must be >= 0"),  # 0 is greedy decoding
+        # training rollouts must be sampled: greedy ones make a group alike, and the update divides logits by it
+        ("trainer.sampling.temperature", 0, 0.1, "must be > 0, got 0"),
+        ("trainer.validation.sampling.temperature", -0.5, 0, "must be >= 0"),  # 0 is greedy decoding
         ("trainer.validation.sampling.top_p", 0, 1, "must be > 0 and <= 1"),
         ("eval.sampling.top_p", 1.5, 0.9, "must be > 0 and <= 1"),
         ("trainer.update.lr", 0, 1e-7, "must be > 0"),
@@ -168,3 +169,39 @@ def test_top_level_keys_are_checked_too(override, field, message):
         check_config(load_config([override]))
     assert str(e.value).startswith(field) and message in str(e.value)
     check_config(load_config([]))
+
+
+@pytest.mark.parametrize(
+    "override, hint",
+    [
+        ("+trainer.update.temperature=1.0", "set trainer.sampling.temperature"),
+        ("+controller.update_every=3", "set trainer.steps_per_iteration"),
+    ],
+)
+def test_a_derived_setting_says_where_its_value_comes_from_now(override, hint):
+    with pytest.raises(SEADInputError) as e:
+        check_config(load_config([override]))
+    key = override[1:].split("=")[0]
+    assert str(e.value).startswith(f"[{key}]: no longer a setting") and hint in str(e.value)
+
+
+def test_the_schema_names_every_estimator_and_no_other():
+    from sead.trainer.estimators import ESTIMATORS
+    from sead.trainer.schema import UpdateConfig
+
+    field = next(f for f in dataclasses.fields(UpdateConfig) if f.name == "estimator")
+    assert set(field.metadata["domain"].choices) == set(ESTIMATORS)
+
+
+def test_checking_a_config_imports_no_torch():
+    """Config schemas are leaves: `sead --help`, `scenario check` and the load-time checks stay light."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom sead.config import SCHEMAS, check_config, load_config, schema_of\n"
+        "check_config(load_config([]))\n[schema_of(g) for g in SCHEMAS]\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -21,15 +21,15 @@ def test_same_seed_same_profiles_and_other_seed_differs(restaurant):
 
 
 def test_restored_sampler_continues_with_the_same_draws(restaurant):
-    ref = controller(restaurant, "controller=sead_joint", "controller.update_every=2")
-    run = controller(restaurant, "controller=sead_joint", "controller.update_every=2")
+    ref = controller(restaurant, "controller=sead_joint", "trainer.steps_per_iteration=2")
+    run = controller(restaurant, "controller=sead_joint", "trainer.steps_per_iteration=2")
     for _step in range(3):  # feed both identically, including a curriculum update
         for ctl in (ref, run):
             for p in ctl.sample(8):
                 ctl.observe(p, success=p.values["cooperation"] >= 2)
             ctl.end_step()
     saved = json.loads(json.dumps(run.state_dict()))  # must survive JSON
-    restored = controller(restaurant, "controller=sead_joint", "controller.update_every=2")
+    restored = controller(restaurant, "controller=sead_joint", "trainer.steps_per_iteration=2")
     restored.load_state_dict(saved)
     assert restored.sample(40) == ref.sample(40)
     assert restored.probs == ref.probs and restored.steps == ref.steps
@@ -123,7 +123,7 @@ def test_sead_joint_eps_floor(restaurant):
 
 
 def test_statistics_are_keyed_on_the_sampled_profile_and_skip_sim_errors(restaurant):
-    ctl = controller(restaurant, "controller.update_every=2")
+    ctl = controller(restaurant, "trainer.steps_per_iteration=2")
     profiles = ctl.sample(3)
     ctl.observe(profiles[0], True)
     ctl.observe(profiles[1], False)
@@ -151,5 +151,5 @@ def test_bad_controller_config_names_the_field(restaurant):
         controller(restaurant, "controller.marginals={trust: {1: 0.5, 2: 0.1}}")
     with pytest.raises(SEADInputError, match=r"controller.rule.*unknown curriculum 'nope'"):
         controller(restaurant, "controller.rule=nope")
-    with pytest.raises(SEADInputError, match=r"controller.update_every"):
-        controller(restaurant, "controller.update_every=0")
+    with pytest.raises(SEADInputError, match=r"trainer.steps_per_iteration"):
+        controller(restaurant, "trainer.steps_per_iteration=0")

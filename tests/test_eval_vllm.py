@@ -10,7 +10,7 @@ import pytest
 
 from sead.dialogue.agent import AgentRequest
 from sead.errors import SEADInputError
-from sead.trainer.policy import SamplingConfig
+from sead.policy.settings import SamplingConfig
 
 # Fields of vllm.SamplingParams that every release since 0.6 accepts, 0.24 included.
 SAMPLING_FIELDS = {
@@ -71,7 +71,7 @@ def fake_vllm(monkeypatch):
 
 
 def test_vllm_policy_keeps_sampled_ids_and_closes_stopped_turns(fake_vllm, smollm_tokenizer):
-    from sead.eval.vllm_agent import VLLMPolicy
+    from sead.policy.vllm_engine import VLLMPolicy
 
     policy = VLLMPolicy(
         "/models/x", smollm_tokenizer, SamplingConfig(temperature=0.7, top_p=0.9, top_k=0), tensor_parallel_size=2
@@ -90,7 +90,7 @@ def test_vllm_policy_keeps_sampled_ids_and_closes_stopped_turns(fake_vllm, smoll
 
 
 def test_vllm_backend_without_vllm_says_how_to_get_it(monkeypatch, smollm_tokenizer):
-    from sead.eval.vllm_agent import VLLMPolicy
+    from sead.policy.vllm_engine import VLLMPolicy
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
     with pytest.raises(SEADInputError, match="requirements_vllm.txt"):

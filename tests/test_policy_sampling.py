@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from sead.dialogue import AgentRequest
-from sead.trainer.policy import HFPolicy, SamplingConfig
-from sead.trainer.sampling import pick_tokens
+from sead.policy.hf import HFPolicy
+from sead.policy.sampling import pick_tokens
+from sead.policy.settings import SamplingConfig
 
 GREEDY, NUCLEUS = SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0, top_p=0.9)
 

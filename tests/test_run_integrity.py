@@ -121,11 +121,11 @@ def test_a_diverging_update_stops_the_run_before_a_checkpoint_or_a_nan_is_writte
     weights = load_file(layout.checkpoint(1).model / "model.safetensors")
     assert all(torch.isfinite(t).all() for t in weights.values())
     assert reward_steps(run) == [1]  # the failed step logged nothing, and every line is strict JSON
-    # the setting behind the original report: a zero update temperature divides the logits by 0
-    zero = ["trainer.sampling.temperature=0", "trainer.update.temperature=0"]
-    assert main(["train", *TINY, *zero, f"run_dir={tmp_path / 'zero'}"]) == 2
-    assert "trainer.update.temperature" in capsys.readouterr().out
-    assert not RunLayout(tmp_path / "zero").checkpoints_dir.exists()
+    # the setting behind the original report: greedy training rollouts made the update divide the logits by 0;
+    # now refused at load, before a folder exists
+    assert main(["train", *TINY, "trainer.sampling.temperature=0", f"run_dir={tmp_path / 'zero'}"]) == 2
+    assert "[trainer.sampling.temperature]: must be > 0, got 0" in capsys.readouterr().out
+    assert not (tmp_path / "zero").exists()
 
 
 @pytest.mark.parametrize(
@@ -136,7 +136,8 @@ def test_the_update_step_refuses_non_finite_numbers(fault, message, tiny):
     import copy
 
     from sead.trainer.estimators import Sequence
-    from sead.trainer.update import UpdateConfig, Updater
+    from sead.trainer.schema import UpdateConfig
+    from sead.trainer.update import Updater
 
     model, tok = copy.deepcopy(tiny[0]), tiny[1]  # this test breaks the weights on purpose
     ids = torch.tensor(
@@ -146,7 +147,7 @@ def test_the_update_step_refuses_non_finite_numbers(fault, message, tiny):
     )
     mask = torch.zeros_like(ids)
     mask[-4:] = 1
-    updater = Updater(model, None, UpdateConfig(lr=1e-2, kl_coef=0.0, temperature=1.0))
+    updater = Updater(model, None, UpdateConfig(lr=1e-2, kl_coef=0.0), temperature=1.0)
     if fault == "nan weight":
         model.model.norm.weight.data[0] = float("nan")
     else:
@@ -237,6 +238,20 @@ def test_a_resume_needs_only_the_run_dir(run):
         assert cfg.model.preset == "tiny" and cfg.trainer["update"].entropy_coef == 0.05
         assert cfg.trainer.iterations == 1 and str(cfg.run_dir) == str(run)
     assert RunLayout(run).config.read_text() == before
+
+
+def test_a_run_saved_with_a_now_derived_key_resumes_under_its_settings(run, caplog):
+    """Runs from before `trainer.update.temperature` and `controller.update_every` were derived still resume: the
+    saved copies are dropped (with a warning), and the values now come from the keys they had to equal."""
+    layout = RunLayout(run)
+    saved = OmegaConf.load(layout.config)
+    saved.trainer["update"].temperature = saved.trainer.sampling.temperature
+    saved.controller.update_every = saved.trainer.steps_per_iteration
+    layout.config.write_text(OmegaConf.to_yaml(saved))
+    assert main(["train", f"run_dir={run}", "trainer.iterations=2", "resume=true"]) == 0
+    assert reward_steps(run) == [1, 2, 3, 4]
+    assert "trainer.update.temperature in config.yaml is no longer a setting" in caplog.text
+    assert "controller.update_every in config.yaml is no longer a setting" in caplog.text
 
 
 def test_resume_of_a_folder_without_a_run_says_so(tmp_path, capsys):

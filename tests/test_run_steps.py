@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from sead.agents import ReferenceAgent
 from sead.config import build_usersim, load_config
 from sead.controller import ProfileController, make_curriculum
 from sead.dialogue import EpisodeJob, RunnerConfig, run_batch
 from sead.dialogue.episode import Episode
 from sead.metrics import compute_metrics
+from sead.policy.scripted import ReferenceAgent
 from sead.reward import compute_reward
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.layout import RunLayout

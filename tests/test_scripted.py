@@ -13,9 +13,9 @@ import pytest
 import yaml
 from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scenario_named
 
-from sead.agents import ReferenceAgent, SOPIgnoringAgent
 from sead.config import build_scenario, load_config
 from sead.errors import SEADInputError
+from sead.policy.scripted import ReferenceAgent, SOPIgnoringAgent
 from sead.scenario import Profile
 from sead.usersim import Exchange
 from sead.usersim.rules import Dynamics, normalise

@@ -8,7 +8,6 @@ import pytest
 from omegaconf import OmegaConf
 from verl_fakes import verl_run_config
 
-from sead.agents import ReferenceAgent
 from sead.config import build_scenario, load_config
 from sead.dialogue.seeds import (
     eval_episode_seed,
@@ -18,6 +17,7 @@ from sead.dialogue.seeds import (
     warmup_episode_seed,
 )
 from sead.eval.testset import sample_testset
+from sead.policy.scripted import ReferenceAgent
 from sead.run.layout import RunLayout
 from sead.trainer.loop import train
 from sead.verl_backend.episode_io import load_context, play_row

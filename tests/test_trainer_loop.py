@@ -29,60 +29,68 @@ def sead_cmd(*args):
     return [str(Path(sys.executable).parent / "sead"), "train", *TINY, *args]
 
 
-def test_tiny_loop_writes_the_run_layout(tmp_path):
-    run = train(load_config([*TINY, "trainer.iterations=2", f"run_dir={tmp_path / 'run'}"]))
-    layout = RunLayout(run)
-    steps = [json.loads(l) for l in layout.metrics.read_text().splitlines() if "reward" in l]
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> RunLayout:
+    """Two iterations of two steps, read (never written) by the tests below."""
+    return RunLayout(
+        train(load_config([*TINY, "trainer.iterations=2", f"run_dir={tmp_path_factory.mktemp('r') / 'run'}"]))
+    )
+
+
+def step_lines(layout: RunLayout) -> list[dict]:
+    return [json.loads(l) for l in layout.metrics.read_text().splitlines() if "reward" in l]
+
+
+def test_every_step_logs_its_metrics_and_hack_monitors(tiny_run):
+    steps = step_lines(tiny_run)
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
     assert all("words_per_reply" in s["hack_monitors"] and "flagged" in s["hack_monitors"] for s in steps)
-    for key in (
-        "reward",
-        "CR",
-        "kl",
-        "entropy",
-        "clip_frac",
-        "grad_norm",
-        "gen_tokens_per_s",
-        "time",
-        "controller_marginals",
-        "reward_components",
-    ):
-        assert key in steps[0]
-    assert sorted(p.name for p in layout.controller_dir.glob("controller_update_*.json")) == [
-        "controller_update_001.json",
-        "controller_update_002.json",
-    ]
-    assert len(list(layout.controller_dir.glob("*.png"))) == 2
-    assert layout.validated_iterations() == [0, 1, 2]  # before training and after each iteration
-    rollouts = [json.loads(l) for l in layout.rollouts(1).read_text().splitlines()]
+    wanted = {"reward", "CR", "kl", "entropy", "clip_frac", "grad_norm", "gen_tokens_per_s", "time"}
+    assert wanted | {"controller_marginals", "reward_components"} <= set(steps[0])
+
+
+def test_the_controller_reports_once_per_iteration_and_validation_runs_before_and_after_each(tiny_run):
+    reports = sorted(p.name for p in tiny_run.controller_dir.glob("controller_update_*.json"))
+    assert reports == ["controller_update_001.json", "controller_update_002.json"]
+    assert len(list(tiny_run.controller_dir.glob("*.png"))) == 2
+    assert tiny_run.validated_iterations() == [0, 1, 2]
+
+
+def test_every_rollout_record_carries_its_reward_simulator_seed_and_profile(tiny_run):
+    rollouts = [json.loads(l) for l in tiny_run.rollouts(1).read_text().splitlines()]
     assert len(rollouts) == 4
-    for r in rollouts:  # what every rollout record carries
+    for r in rollouts:
         assert set(r["meta"]["reward"]["components"]) >= {"completion", "format"}
         assert r["meta"]["user_simulator"]["name"] == "scripted" and "seed" in r["meta"] and r["profile"]
-    assert layout.config.exists() and json.loads(layout.usersim.read_text())["name"] == "scripted"
+    assert tiny_run.config.exists() and json.loads(tiny_run.usersim.read_text())["name"] == "scripted"
+
+
+def test_the_last_checkpoint_is_a_plain_hf_model(tiny_run):
     from transformers import AutoModelForCausalLM
 
-    path, state = latest_checkpoint(run)
-    assert state["step"] == 4 and path == layout.checkpoint(4).path
-    AutoModelForCausalLM.from_pretrained(CheckpointFolder(path).model)  # a plain HF checkpoint
+    path, state = latest_checkpoint(tiny_run.path)
+    assert state["step"] == 4 and path == tiny_run.checkpoint(4).path
+    AutoModelForCausalLM.from_pretrained(CheckpointFolder(path).model)
 
+
+def test_the_mask_audit_marks_exactly_the_trained_spans(tiny_run, tmp_path):
     from sead.cli.main import main
 
     html = tmp_path / "audit.html"
-    assert main(["audit-mask", str(run), "--html", str(html)]) == 0
+    assert main(["audit-mask", str(tiny_run.path), "--html", str(html)]) == 0
     page = html.read_text()
-    record = json.loads(layout.rollouts(4).read_text().splitlines()[0])
-    trained_runs = sum(
-        1
-        for i, m in enumerate(record["segments"][0]["mask"])
-        if m and (i == 0 or not record["segments"][0]["mask"][i - 1])
-    )
+    mask = json.loads(tiny_run.rollouts(4).read_text().splitlines()[0])["segments"][0]["mask"]
+    trained_runs = sum(1 for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1]))
     assert page.count('class="trained"') == trained_runs > 0
     assert "&lt;|im_start|&gt;system" in page  # escaped, and the prompt shown as context
 
-    before = layout.metrics.read_text()
-    assert main(["train", *TINY, f"run_dir={run}"]) == 2  # a fresh run never writes over an earlier one
-    assert layout.metrics.read_text() == before
+
+def test_a_fresh_run_never_writes_over_an_earlier_one(tiny_run):
+    from sead.cli.main import main
+
+    before = tiny_run.metrics.read_text()
+    assert main(["train", *TINY, f"run_dir={tiny_run.path}"]) == 2
+    assert tiny_run.metrics.read_text() == before
 
 
 def profile_order(run: Path) -> list:

@@ -9,7 +9,8 @@ import torch
 
 from sead.trainer.estimators import Sequence
 from sead.trainer.losses import clipped_policy_loss, grpo_advantages, low_var_kl
-from sead.trainer.update import UpdateConfig, Updater, masked_logprobs
+from sead.trainer.schema import UpdateConfig
+from sead.trainer.update import Updater, masked_logprobs
 
 
 def test_grpo_advantages_by_hand():
@@ -83,7 +84,7 @@ def test_update_moves_the_policy_and_never_the_reference(tiny):
     policy, ref = copy.deepcopy(model), copy.deepcopy(model).requires_grad_(False)
     before_ref = {k: v.clone() for k, v in ref.state_dict().items()}
     before = {k: v.clone() for k, v in policy.state_dict().items()}
-    upd = Updater(policy, ref, UpdateConfig(lr=1e-2, warmup_steps=1, kl_coef=0.1, temperature=1.0))
+    upd = Updater(policy, ref, UpdateConfig(lr=1e-2, warmup_steps=1, kl_coef=0.1), temperature=1.0)
     for _ in range(2):
         stats = upd.step([make_sequence(tok, 1.0), make_sequence(tok, -0.5)])
     assert stats["kl"] > 0 and stats["trained_tokens"] == 2 * 10
@@ -95,7 +96,7 @@ def test_zero_advantages_leave_the_policy_unchanged_without_kl(tiny):
     model, tok = tiny
     policy = copy.deepcopy(model)
     before = {k: v.clone() for k, v in policy.state_dict().items()}
-    upd = Updater(policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0, temperature=1.0))
+    upd = Updater(policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0), temperature=1.0)
     stats = upd.step([make_sequence(tok, 0.0)])
     assert stats["grad_norm"] == 0.0
     assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
@@ -108,7 +109,7 @@ def test_lora_trains_only_adapters_and_uses_the_base_as_reference(tiny):
     policy = wrap(copy.deepcopy(model), LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj"]))
     base_before = {k: v.clone() for k, v in policy.named_parameters() if "lora_" not in k}
     lora_before = {k: v.clone() for k, v in policy.named_parameters() if "lora_" in k}
-    upd = Updater(policy, None, UpdateConfig(lr=5e-2, kl_coef=0.1, temperature=1.0))
+    upd = Updater(policy, None, UpdateConfig(lr=5e-2, kl_coef=0.1), temperature=1.0)
     stats = [upd.step([make_sequence(tok, 1.0), make_sequence(tok, -0.5)]) for _ in range(3)]
     assert stats[0]["kl"] == 0.0 and stats[-1]["kl"] > 0  # the adapters moved away from the base
     after = dict(policy.named_parameters())
@@ -134,7 +135,10 @@ def test_ppo_update_trains_a_value_head_toward_the_returns(tiny):
     model, tok = tiny
     policy = copy.deepcopy(model)
     upd = Updater(
-        policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0, temperature=1.0, estimator="ppo", vf_coef=1.0, value_clip=10.0)
+        policy,
+        None,
+        UpdateConfig(lr=1e-2, kl_coef=0.0, estimator="ppo", vf_coef=1.0, value_clip=10.0),
+        temperature=1.0,
     )
     seq = make_sequence(tok, 0.0)
     seq.reward = 1.0

@@ -43,9 +43,9 @@ from verl_fakes import (
     verl_run_config,
 )
 
-from sead.agents import ReferenceAgent
 from sead.config import load_config
 from sead.dialogue.runner import run_episode
+from sead.policy.scripted import ReferenceAgent
 from sead.verl_backend.agent_loop import AGENT_NAME, SEADDialogueAgentLoop
 from sead.verl_backend.episode_io import extra_fields, load_context
 from sead.verl_backend.launcher import compose_verl_config
@@ -159,4 +159,4 @@ def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, p
     if preset == "gpu8":  # the numbers
         assert (rollout.n, tc.profiles_per_step, tc.update.lr, rollout.temperature) == (8, 60, 1e-6, 1.2)
         assert config.actor_rollout_ref.actor.kl_loss_type == "low_var_kl" and cfg.dialogue.max_turns == 15
-        assert cfg.dialogue.max_new_tokens == 500 and cfg.controller.update_every == 10
+        assert cfg.dialogue.max_new_tokens == 500 and tc.steps_per_iteration == 10

@@ -18,9 +18,9 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 from verl_fakes import verl_run_config
 
-from sead.agents import ReferenceAgent
 from sead.cli.main import main
 from sead.errors import SEADInputError
+from sead.policy.scripted import ReferenceAgent
 from sead.run.checkpoints import latest_checkpoint
 from sead.run.layout import RunLayout
 from sead.run.lock import run_dir_lock
@@ -34,7 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FAST = [
     "trainer.iterations=2",
     "trainer.steps_per_iteration=2",
-    "controller.update_every=2",
     "trainer.profiles_per_step=2",
     "trainer.rollouts_per_profile=2",
     "trainer.validation.profiles=2",
@@ -149,7 +148,6 @@ def test_outer_loop_writes_the_embedded_run_layout_and_feeds_the_controller(tmp_
     "override,field",
     [
         ("trainer.update.estimator=ppo", "trainer.update.estimator"),
-        ("controller.update_every=4", "controller.update_every"),
         ("dialogue.max_total_tokens=99999", "verl.max_response_length"),
         ("dialogue.max_context_tokens=4096", "dialogue.max_context_tokens"),
         ("verl.tensor_parallel=4", "verl.tensor_parallel"),

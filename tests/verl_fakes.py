@@ -18,11 +18,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from sead.agents import ReferenceAgent
 from sead.config import build_scenario, load_config, reward_weights
 from sead.dialogue.episode import Episode
 from sead.dialogue.runner import run_episode
 from sead.dialogue.seeds import train_episode_seed
+from sead.policy.scripted import ReferenceAgent
 from sead.reward import compute_reward
 from sead.run.layout import RunLayout
 

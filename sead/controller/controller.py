@@ -18,7 +18,7 @@ from sead.scenario.scenario import Scenario
 class ProfileController:
     def __init__(self, scenario: Scenario, rule: CurriculumRule, *, seed: int, update_every: int = 10):
         if update_every < 1:
-            raise SEADInputError(f"must be >= 1, got {update_every}", field="controller.update_every")
+            raise SEADInputError(f"must be >= 1, got {update_every}", field="trainer.steps_per_iteration")
         self.scenario, self.rule, self.update_every = scenario, rule, update_every
         self.states = rule.states
         self.dims = scenario.space.sampled_names

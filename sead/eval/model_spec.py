@@ -8,7 +8,7 @@ openai:MODEL@URL              an OpenAI-compatible chat endpoint (API baselines)
 scripted:reference            the scripted SOP-following agent (an upper reference; no model)
 scripted:sop_ignoring         the scripted agent that ignores the SOP (a floor)
 scripted:salad, scripted:echo, ...  adversarial agents that try to fool the user simulator
-                              (sead/agents/adversarial.py; a good simulator gives them almost no completions)
+                              (sead/policy/adversarial.py; a good simulator gives them almost no completions)
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sead.agents import SCRIPTED_AGENTS
 from sead.errors import SEADInputError
+from sead.policy.registry import SCRIPTED_AGENTS
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 

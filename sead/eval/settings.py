@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sead.config import number, one_of
-from sead.trainer.policy import SamplingConfig
+from sead.policy.settings import SamplingConfig
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from sead.config import RETIRED
 from sead.errors import SEADInputError
 from sead.run.atomic import write_text_atomic
 from sead.run.layout import RunLayout
@@ -47,6 +48,22 @@ def config_in_effect(run_dir: Path, step: int) -> Path:
     layout = RunLayout(run_dir)
     earlier = [s for s in layout.resume_configs() if s <= step]
     return layout.resume_config(max(earlier)) if earlier else layout.config
+
+
+def read_saved_config(path: Path) -> DictConfig:
+    """A run's config file, less the keys SEAD now derives (`sead.config.RETIRED`): a run saved before a key was
+    retired resumes, with the value now derived from the keys it still has."""
+    try:
+        saved = OmegaConf.load(path)
+    except (OSError, OmegaConfBaseException) as e:
+        raise SEADInputError(f"cannot read the run's config ({e}); restore it, or start a new run", path=path) from None
+    for key in RETIRED:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(saved, parent, default=None)
+        if isinstance(node, DictConfig) and leaf in node:
+            log.warning("%s in %s is no longer a setting (%s); resuming without it", key, path.name, RETIRED[key])
+            del node[leaf]
+    return saved
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -88,12 +105,7 @@ def with_saved_settings(cfg: DictConfig, defaults: DictConfig, overrides: Sequen
     saved_path = config_in_effect(run_dir, step=2**62)
     if not saved_path.is_file():
         return cfg  # no run here: start_or_resume says so
-    try:
-        saved = OmegaConf.load(saved_path)
-    except (OSError, OmegaConfBaseException) as e:
-        raise SEADInputError(
-            f"cannot read the run's config ({e}); restore it, or start a new run", path=saved_path
-        ) from None
+    saved = read_saved_config(saved_path)
     new = OmegaConf.to_container(cfg)
     named = [o.lstrip("+~").split("=", 1)[0] for o in overrides]
     flat_new = _flatten(new)
@@ -112,13 +124,7 @@ def resume_config(run_dir: Path, cfg: DictConfig, step: int) -> Path:
     for later, path in layout.resume_configs().items():
         if later > step:  # describes steps that are about to be replayed
             path.unlink()
-    try:
-        saved = OmegaConf.to_container(OmegaConf.load(saved_path))
-    except (OSError, OmegaConfBaseException) as e:
-        raise SEADInputError(
-            f"cannot read the run's config to check the resume against it ({e}); restore it, or start a new run",
-            path=saved_path,
-        ) from None
+    saved = OmegaConf.to_container(read_saved_config(saved_path))
     changes = changed_settings(saved, OmegaConf.to_container(cfg))
     if not changes:
         return saved_path

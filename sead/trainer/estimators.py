@@ -20,7 +20,7 @@ from sead.dialogue.episode import Episode
 from sead.trainer.losses import clipped_value_loss, gae, grpo_advantages
 
 if TYPE_CHECKING:
-    from sead.trainer.update import UpdateConfig
+    from sead.trainer.schema import UpdateConfig
 
 
 @dataclass

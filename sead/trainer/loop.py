@@ -17,6 +17,7 @@ from sead.dialogue import EpisodeJob, RolloutLog, run_batch
 from sead.dialogue.seeds import train_episode_seed, validation_episode_seed
 from sead.metrics import HackMonitor
 from sead.models.loading import ModelConfig, load_model
+from sead.policy.hf import HFPolicy
 from sead.progress import progress_bar
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.layout import CheckpointFolder, RunLayout
@@ -29,7 +30,6 @@ from sead.scenario.profiles import Profile
 from sead.trainer import lora
 from sead.trainer.budget import TrainingBudget
 from sead.trainer.checkpoint import load_training_state, save_checkpoint
-from sead.trainer.policy import HFPolicy
 from sead.trainer.schema import TrainerConfig
 from sead.trainer.update import Updater
 from sead.trainer.warmup import reuse_warmup, save_warmup, warmup
@@ -81,7 +81,7 @@ class Trainer:
         self.model, self.ref, self.tokenizer, label = build_models(
             self.model_cfg, self.tc, start.checkpoint, self.layout.warmup.model
         )
-        self.updater = Updater(self.model, self.ref, self.tc.update)
+        self.updater = Updater(self.model, self.ref, self.tc.update, temperature=self.tc.sampling.temperature)
         self.policy, self.val_policy = (
             HFPolicy(
                 self.model,

@@ -1,14 +1,58 @@
-"""Dataclass schema of the `trainer` config group: config keys map 1:1 to these fields."""
+"""Dataclass schema of the `trainer` config group: config keys map 1:1 to these fields. A config leaf: it imports
+no torch, so checking a config (and `sead --help`) stays light; the modules that do the work import it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from sead.config import number, one_of
+from sead.policy.settings import SamplingConfig
 from sead.trainer.lora import LoraSettings
-from sead.trainer.policy import SamplingConfig
-from sead.trainer.update import UpdateConfig
-from sead.trainer.warmup import WarmupConfig
+
+
+@dataclass
+class RolloutSampling(SamplingConfig):
+    # Greedy rollouts would make every member of a GRPO group alike (nothing to learn from), and the update takes
+    # log-probs at this temperature (`Updater(temperature=)`), dividing the logits by it.
+    temperature: float = number(1.2, gt=0)
+
+
+@dataclass
+class UpdateConfig:
+    lr: float = number(1e-6, gt=0)
+    warmup_steps: int = number(5, ge=0)
+    weight_decay: float = number(0.0, ge=0)
+    grad_clip: float = number(1.0, gt=0)  # a max gradient norm: 0 would zero every gradient
+    kl_coef: float = number(0.001, ge=0)  # low_var_kl to the frozen reference; 0 disables the reference pass
+    entropy_coef: float = number(0.0, ge=0)
+    clip_low: float = number(0.2, ge=0, lt=1)  # the ratio's floor is 1 - clip_low
+    clip_high: float = number(0.2, ge=0)  # > clip_low: DAPO clip-higher
+    normalise_std: bool = True  # GRPO (r - mean) / std; False: Dr.GRPO-style centring only
+    dynamic_sampling: bool = False  # drop groups whose rewards are all equal
+    micro_batch: int = number(2, ge=1)  # sequences per forward/backward
+    ppo_epochs: int = number(1, ge=1)
+    # the names of sead.trainer.estimators.ESTIMATORS, spelt here so the schema needs no torch (a test keeps them equal)
+    estimator: str = one_of("grpo", "ppo")  # grpo (group-relative, no critic) | ppo (value head + GAE)
+    gamma: float = number(1.0, ge=0, le=1)  # ppo: discount over agent tokens
+    lam: float = number(0.95, ge=0, le=1)  # ppo: GAE lambda
+    vf_coef: float = number(0.1, ge=0)  # ppo: weight of the value loss
+    value_clip: float = number(0.2, ge=0)  # ppo: how far a value prediction may move from its rollout value
+
+
+@dataclass
+class WarmupConfig:
+    dialogues: int = number(0, ge=0)  # 0 = no warm-up
+    epochs: int = number(1, ge=1)
+    lr: float = number(1e-4, gt=0)
+    micro_batch: int = number(2, ge=1)
+    successful_only: bool = True  # imitate only dialogues the reference agent won
+    seed: int = number(77, ge=0)
+    max_turns: int = number(15, ge=1)  # the reference agent's dialogues run to their natural end ...
+    max_new_tokens: int = number(200, ge=1)  # ... with room for its full tag block, whatever the RL settings are
+    max_minutes: float | None = number(None, gt=0)  # stop fine-tuning when the warm-up has taken this long (None = off)
+    # An earlier run's `warmup/` directory: start from the model it saved instead of warming up again, and count
+    # the minutes that warm-up took as this run's training time (RL settings can be tried from one warm-up).
+    reuse: str | None = None
 
 
 @dataclass
@@ -39,9 +83,10 @@ class TrainerConfig:
     # training-time budget (warm-up + RL steps, not validation); once one RL step has been timed, none is started
     # that would overrun it; None = off
     max_minutes: float | None = number(None, gt=0)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    sampling: RolloutSampling = field(default_factory=RolloutSampling)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+

@@ -4,40 +4,16 @@ where the advantages come from (GRPO's groups, PPO's critic) is the estimator's 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
-from sead.config import number, one_of
 from sead.errors import SEADInputError
+from sead.policy.hf import common_prefix_length
 from sead.trainer.estimators import ESTIMATORS, Sequence
 from sead.trainer.lora import is_lora
 from sead.trainer.losses import clipped_policy_loss, entropy_from_logits, low_var_kl, token_mean
-from sead.trainer.policy import common_prefix_length
-
-
-@dataclass
-class UpdateConfig:
-    lr: float = number(1e-6, gt=0)
-    warmup_steps: int = number(5, ge=0)
-    weight_decay: float = number(0.0, ge=0)
-    grad_clip: float = number(1.0, gt=0)  # a max gradient norm: 0 would zero every gradient
-    kl_coef: float = number(0.001, ge=0)  # low_var_kl to the frozen reference; 0 disables the reference pass
-    entropy_coef: float = number(0.0, ge=0)
-    clip_low: float = number(0.2, ge=0, lt=1)  # the ratio's floor is 1 - clip_low
-    clip_high: float = number(0.2, ge=0)  # > clip_low: DAPO clip-higher
-    normalise_std: bool = True  # GRPO (r - mean) / std; False: Dr.GRPO-style centring only
-    dynamic_sampling: bool = False  # drop groups whose rewards are all equal
-    micro_batch: int = number(2, ge=1)  # sequences per forward/backward
-    ppo_epochs: int = number(1, ge=1)
-    temperature: float = number(1.2, gt=0)  # the sampling temperature: logits are divided by it here
-    estimator: str = one_of(*ESTIMATORS)  # grpo (group-relative, no critic) | ppo (value head + GAE)
-    gamma: float = number(1.0, ge=0, le=1)  # ppo: discount over agent tokens
-    lam: float = number(0.95, ge=0, le=1)  # ppo: GAE lambda
-    vf_coef: float = number(0.1, ge=0)  # ppo: weight of the value loss
-    value_clip: float = number(0.2, ge=0)  # ppo: how far a value prediction may move from its rollout value
-
+from sead.trainer.schema import UpdateConfig
 
 MIN_SHARED_PREFIX = 16  # below this, a separate prefix pass costs more than it saves
 
@@ -104,8 +80,10 @@ def masked_logprobs(
 
 
 class Updater:
-    def __init__(self, model, ref_model, cfg: UpdateConfig):
-        self.model, self.ref, self.cfg = model, ref_model, cfg
+    def __init__(self, model, ref_model, cfg: UpdateConfig, *, temperature: float):
+        """`temperature` is the one the rollouts were sampled at (`trainer.sampling.temperature`): log-probs are
+        taken under the distribution the tokens were drawn from, so it is passed in, never set twice."""
+        self.model, self.ref, self.cfg, self.temperature = model, ref_model, cfg, temperature
         self.estimator = ESTIMATORS[cfg.estimator](cfg, model)
         params = [p for p in model.parameters() if p.requires_grad]
         if self.estimator.critic is not None:
@@ -128,7 +106,7 @@ class Updater:
         advantages."""
         self.model.eval()
         for mb in self._batches(seqs):
-            scored = masked_logprobs(self.model, mb, self.cfg.temperature)
+            scored = masked_logprobs(self.model, mb, self.temperature)
             for s, lp, h in zip(mb, scored.logps, scored.hidden):
                 s.old_logp = lp.detach()
                 self.estimator.observe(s, h)
@@ -139,9 +117,9 @@ class Updater:
 
     def _ref_logprobs(self, mb: list[Sequence]) -> list[torch.Tensor]:
         if self.ref is not None:
-            return masked_logprobs(self.ref, mb, self.cfg.temperature)[0]
+            return masked_logprobs(self.ref, mb, self.temperature)[0]
         with self.model.disable_adapter():  # LoRA: the reference is the base network under the adapters
-            return masked_logprobs(self.model, mb, self.cfg.temperature)[0]
+            return masked_logprobs(self.model, mb, self.temperature)[0]
 
     def step(self, seqs: list[Sequence]) -> dict:
         if not seqs:
@@ -157,7 +135,7 @@ class Updater:
         for _ in range(cfg.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
             for mb in self._batches(seqs):
-                logps, ents, hidden = masked_logprobs(self.model, mb, cfg.temperature, with_entropy=True)
+                logps, ents, hidden = masked_logprobs(self.model, mb, self.temperature, with_entropy=True)
                 logp, ent = torch.cat(logps), torch.cat(ents)
                 old = torch.cat([s.old_logp for s in mb])
                 adv = torch.cat(
@@ -177,7 +155,7 @@ class Updater:
                     loss = loss + cfg.vf_coef * token_mean(vf, total)
                     sums["value_loss"] += float(vf.detach().sum())
                 if not math.isfinite(float(loss.detach())):
-                    raise _non_finite("the loss", cfg)
+                    raise _non_finite("the loss", cfg, self.temperature)
                 loss.backward()
                 sums["pg_loss"] += float(pg.detach().sum())
                 sums["entropy"] += float(ent.detach().sum())
@@ -185,10 +163,10 @@ class Updater:
             params = [p for g in self.opt.param_groups for p in g["params"]]
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
             if not math.isfinite(grad_norm):
-                raise _non_finite("the gradient norm", cfg)
+                raise _non_finite("the gradient norm", cfg, self.temperature)
             self.opt.step()
             if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
-                raise _non_finite("a weight after the optimiser step", cfg)
+                raise _non_finite("a weight after the optimiser step", cfg, self.temperature)
         self.sched.step()
         n = total * cfg.ppo_epochs
         out = {k: v / n for k, v in sums.items()}
@@ -196,12 +174,12 @@ class Updater:
         return out
 
 
-def _non_finite(what: str, cfg: UpdateConfig) -> SEADInputError:
+def _non_finite(what: str, cfg: UpdateConfig, temperature: float) -> SEADInputError:
     """A NaN or infinity stops the run: skipping the step would leave the cause in place for the next one, and
     saving would put it into a checkpoint that every resume and evaluation then loads."""
     return SEADInputError(
         f"{what} is not finite; the run stops before any checkpoint can hold it. Likely cause: trainer.update.lr="
-        f"{cfg.lr:g} too high for this model (the policy diverged), or trainer.update.temperature="
-        f"{cfg.temperature:g} too close to 0 (the logits are divided by it)",
+        f"{cfg.lr:g} too high for this model (the policy diverged), or trainer.sampling.temperature="
+        f"{temperature:g} too close to 0 (the logits are divided by it)",
         field="trainer.update.lr",
     )

@@ -11,39 +11,23 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from sead.agents.scripted import ReferenceAgent
-from sead.config import number
 from sead.dialogue import EpisodeJob, RolloutLog, RunnerConfig, run_batch
 from sead.dialogue.seeds import warmup_episode_seed
 from sead.errors import SEADInputError
 from sead.models.loading import ModelConfig, load_model
+from sead.policy.scripted import ReferenceAgent
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.layout import WarmupFolder
 from sead.scenario.scenario import Scenario
 from sead.trainer.estimators import Sequence
+from sead.trainer.schema import WarmupConfig
 from sead.trainer.update import masked_logprobs
 from sead.usersim.base import UserSimulator
-
-
-@dataclass
-class WarmupConfig:
-    dialogues: int = number(0, ge=0)  # 0 = no warm-up
-    epochs: int = number(1, ge=1)
-    lr: float = number(1e-4, gt=0)
-    micro_batch: int = number(2, ge=1)
-    successful_only: bool = True  # imitate only dialogues the reference agent won
-    seed: int = number(77, ge=0)
-    max_turns: int = number(15, ge=1)  # the reference agent's dialogues run to their natural end ...
-    max_new_tokens: int = number(200, ge=1)  # ... with room for its full tag block, whatever the RL settings are
-    max_minutes: float | None = number(None, gt=0)  # stop fine-tuning when the warm-up has taken this long (None = off)
-    # An earlier run's `warmup/` directory: start from the model it saved instead of warming up again, and count
-    # the minutes that warm-up took as this run's training time (RL settings can be tried from one warm-up).
-    reuse: str | None = None
 
 
 async def warmup(

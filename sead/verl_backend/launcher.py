@@ -74,13 +74,6 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
             raise SEADInputError(
                 f"trainer.{name} is embedded-only; turn it off for backend=verl", field=f"trainer.{name}"
             )
-    if int(cfg.controller.get("update_every", tc.steps_per_iteration)) != tc.steps_per_iteration:
-        # Each iteration's profiles are written before verl starts, so the controller can only change between runs.
-        raise SEADInputError(
-            f"backend=verl updates the controller between iterations: set it equal to "
-            f"trainer.steps_per_iteration={tc.steps_per_iteration}",
-            field="controller.update_every",
-        )
     budget = int(cfg.dialogue.max_total_tokens) + int(cfg.dialogue.max_new_tokens)
     if budget > vs.max_response_length:
         raise SEADInputError(

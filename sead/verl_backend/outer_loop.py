@@ -1,13 +1,13 @@
 """SEAD's four phases around verl: one verl run per curriculum iteration, the controller in between.
 
 Per iteration: the controller draws the iteration's profiles (phase 1) into a parquet; verl trains
-`steps_per_iteration` GRPO steps on them (phases 2-3), each dialogue played by SEAD's agent loop, which writes
-it to rollouts/; then the controller observes every dialogue of those steps and reweights (phase 4), and the
-iteration's HF weights become the next run's starting model. This is the design's fallback to a trainer hook
-inside verl: it touches no private verl method, and because controller.update_every equals
-steps_per_iteration, the controller sees exactly what it would see in the embedded loop. What a new run per
-iteration changes: the optimiser state and verl's KL reference restart from the previous iteration's weights
-(as the original SEAD scripts did).
+`steps_per_iteration` GRPO steps on them (phases 2-3), each dialogue played by SEAD's agent loop, which writes it to
+rollouts/; then the controller observes every dialogue of those steps and reweights (phase 4), and the iteration's
+HF weights become the next run's starting model. This is the design's fallback to a trainer hook inside verl: it
+touches no private verl method, and because the controller reweights once per iteration (every `steps_per_iteration`
+steps, in both backends), the controller sees exactly what it would see in the embedded loop. What a new run per
+iteration changes: the optimiser state and verl's KL reference restart from the previous iteration's weights (as the
+original SEAD scripts did).
 
 The run directory is the embedded trainer's (`sead.run.layout`), written through the same pieces (lock, manifests,
 frozen config, step records, controller files, validation metrics). verl's own files (parquets, logs, FSDP

@@ -18,10 +18,9 @@ from __future__ import annotations
 import torch
 
 from sead.dialogue.agent import AgentOutput, AgentRequest, BatchingPolicy
-from sead.trainer.sampling import SamplingConfig, pick_tokens
-from sead.trainer.turn_cache import CachedTurn, GrowingCache, TurnCache
-
-__all__ = ["HFPolicy", "SamplingConfig", "common_prefix_length"]
+from sead.policy.sampling import pick_tokens
+from sead.policy.settings import SamplingConfig
+from sead.policy.turn_cache import CachedTurn, GrowingCache, TurnCache
 
 
 def common_prefix_length(rows, limit: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sead.dialogue.agent import AgentOutput, AgentRequest, BatchingPolicy
 from sead.errors import SEADInputError
-from sead.trainer.policy import SamplingConfig
+from sead.policy.settings import SamplingConfig
 
 
 class VLLMPolicy(BatchingPolicy):

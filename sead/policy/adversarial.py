@@ -22,8 +22,8 @@ import re
 from abc import abstractmethod
 from collections import Counter
 
-from sead.agents.scripted import SOPIgnoringAgent, mid_portrait, user_replies
 from sead.dialogue.agent import TextAgent
+from sead.policy.scripted import SOPIgnoringAgent, mid_portrait, user_replies
 from sead.scenario.scenario import Scenario
 from sead.usersim.rules import Rules, normalise
 from sead.usersim.rules_file import scenario_rules

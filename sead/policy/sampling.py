@@ -8,20 +8,11 @@ wider than that falls back to a full sort.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from sead.config import number
+from sead.policy.settings import SamplingConfig
 
 _CANDIDATES = 256
-
-
-@dataclass
-class SamplingConfig:
-    temperature: float = number(1.2, ge=0)  # 0 = greedy
-    top_p: float = number(0.95, gt=0, le=1)
-    top_k: int = number(0, ge=0)  # 0 = off
 
 
 def pick_tokens(
