@@ -47,6 +47,9 @@ def test_every_step_logs_its_metrics_and_hack_monitors(tiny_run):
     assert all("words_per_reply" in s["hack_monitors"] and "flagged" in s["hack_monitors"] for s in steps)
     wanted = {"reward", "CR", "kl", "entropy", "clip_frac", "grad_norm", "gen_tokens_per_s", "time"}
     assert wanted | {"controller_marginals", "reward_components"} <= set(steps[0])
+    # the sampler's log-probs line up with the trainer's token for token: same weights and dtype, so the
+    # measured mismatch is rounding only (a misaligned token would put it far above)
+    assert all(0 <= s["rollout_kl"] < 1e-4 and s["rollout_ratio_max"] < 1.01 for s in steps)
 
 
 def test_the_controller_reports_once_per_iteration_and_validation_runs_before_and_after_each(tiny_run):

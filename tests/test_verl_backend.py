@@ -153,6 +153,12 @@ def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, p
     assert config.actor_rollout_ref.actor.optim.lr == tc.update.lr
     assert config.actor_rollout_ref.actor.kl_loss_coef == tc.update.kl_coef
     assert config.trainer.total_training_steps == tc.steps_per_iteration
+    # the same truncated IS as the embedded update, through verl's own config class
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+
+    correction = omega_conf_to_dataclass(config.algorithm.rollout_correction, RolloutCorrectionConfig)
+    assert (correction.rollout_is, float(correction.rollout_is_threshold)) == ("token", tc.update.rollout_is_threshold)
+    assert config.actor_rollout_ref.rollout.calculate_log_probs
     assert config.reward.custom_reward_function.reward_kwargs.sead_config == str(trainer.layout.config)
     loops = yaml.safe_load(open(config.actor_rollout_ref.rollout.agent.agent_loop_config_path))
     assert loops[0]["name"] == AGENT_NAME and loops[0]["sead_config"] == str(trainer.layout.config)

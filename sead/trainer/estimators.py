@@ -29,6 +29,7 @@ class Sequence:
     mask: torch.Tensor  # (T,) 1 = agent-sampled token
     advantage: float | torch.Tensor  # GRPO: one number per episode; PPO: one per agent token (from GAE)
     old_logp: torch.Tensor | None = None
+    rollout_logp: torch.Tensor | None = None  # per agent token, as the rollout engine sampled it (None: not given)
     ref_logp: torch.Tensor | None = None
     episode: int = 0  # segments of one episode share it (PPO chains them for GAE)
     reward: float = 0.0  # the episode's reward
@@ -41,12 +42,25 @@ def episode_sequences(
 ) -> list[Sequence]:
     """Every token segment with agent tokens of the kept episodes, with its episode's advantage and reward."""
     return [
-        Sequence(torch.tensor(seg.ids), torch.tensor(seg.mask), advantages[i], episode=i, reward=rewards[i])
+        Sequence(
+            torch.tensor(seg.ids),
+            torch.tensor(seg.mask),
+            advantages[i],
+            episode=i,
+            reward=rewards[i],
+            rollout_logp=_sampled_logprobs(seg),
+        )
         for i, ep in enumerate(episodes)
         if keep[i]
         for seg in ep.segments
         if sum(seg.mask)
     ]
+
+
+def _sampled_logprobs(seg) -> torch.Tensor | None:
+    """The rollout's log-prob of each agent token; None when the agent reported none (all zeros: text agents)."""
+    lp = torch.tensor(seg.logprobs, dtype=torch.float32)[torch.tensor(seg.mask, dtype=torch.bool)]
+    return lp if bool(lp.ne(0).any()) else None
 
 
 class Estimator(ABC):

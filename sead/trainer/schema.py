@@ -31,6 +31,11 @@ class UpdateConfig:
     dynamic_sampling: bool = False  # drop groups whose rewards are all equal
     micro_batch: int = number(2, ge=1)  # sequences per forward/backward
     ppo_epochs: int = number(1, ge=1)
+    # Truncated importance sampling where the rollout engine's numbers differ from the trainer's (bf16 rollouts,
+    # vLLM vs FSDP): each token's loss is weighted by min(p_trainer / p_rollout, threshold) (verl's
+    # algorithm.rollout_correction, same names). The mismatch (rollout_kl, rollout_ratio_max) is logged either way.
+    rollout_is: str = one_of("token", "off")
+    rollout_is_threshold: float = number(2.0, ge=1)
     # the names of sead.trainer.estimators.ESTIMATORS, spelt here so the schema needs no torch (a test keeps them equal)
     estimator: str = one_of("grpo", "ppo")  # grpo (group-relative, no critic) | ppo (value head + GAE)
     gamma: float = number(1.0, ge=0, le=1)  # ppo: discount over agent tokens
@@ -89,4 +94,3 @@ class TrainerConfig:
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-

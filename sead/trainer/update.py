@@ -13,6 +13,7 @@ from sead.policy.hf import common_prefix_length
 from sead.trainer.estimators import ESTIMATORS, Sequence
 from sead.trainer.lora import is_lora
 from sead.trainer.losses import clipped_policy_loss, entropy_from_logits, low_var_kl, token_mean
+from sead.trainer.rollout_correction import RolloutMismatch
 from sead.trainer.schema import UpdateConfig
 
 MIN_SHARED_PREFIX = 16  # below this, a separate prefix pass costs more than it saves
@@ -106,14 +107,21 @@ class Updater:
         advantages."""
         self.model.eval()
         for mb in self._batches(seqs):
-            scored = masked_logprobs(self.model, mb, self.temperature)
-            for s, lp, h in zip(mb, scored.logps, scored.hidden):
-                s.old_logp = lp.detach()
-                self.estimator.observe(s, h)
+            if self._needs_old_pass:
+                scored = masked_logprobs(self.model, mb, self.temperature)
+                for s, lp, h in zip(mb, scored.logps, scored.hidden):
+                    s.old_logp = lp.detach()
+                    self.estimator.observe(s, h)
             if self._uses_kl:
                 for s, lp in zip(mb, self._ref_logprobs(mb)):
                     s.ref_logp = lp.detach()
         self.estimator.advantages(seqs)
+
+    @property
+    def _needs_old_pass(self) -> bool:
+        """With one epoch and no critic, the policy that sampled is the one being trained, so its log-probs come
+        from the training forward itself (detached): a whole forward pass saved."""
+        return self.cfg.ppo_epochs > 1 or self.estimator.critic is not None
 
     def _ref_logprobs(self, mb: list[Sequence]) -> list[torch.Tensor]:
         if self.ref is not None:
@@ -129,6 +137,7 @@ class Updater:
         self.model.train()
         total = int(sum(int(s.mask.sum()) for s in seqs))
         sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0}
+        mismatch = RolloutMismatch()
         if self.estimator.critic is not None:
             sums["value_loss"] = 0.0
         grad_norm = 0.0
@@ -137,7 +146,7 @@ class Updater:
             for mb in self._batches(seqs):
                 logps, ents, hidden = masked_logprobs(self.model, mb, self.temperature, with_entropy=True)
                 logp, ent = torch.cat(logps), torch.cat(ents)
-                old = torch.cat([s.old_logp for s in mb])
+                old = torch.cat([s.old_logp if s.old_logp is not None else lp.detach() for s, lp in zip(mb, logps)])
                 adv = torch.cat(
                     [
                         torch.as_tensor(s.advantage, dtype=lp.dtype, device=lp.device).expand_as(lp)
@@ -145,6 +154,9 @@ class Updater:
                     ]
                 )
                 pg, clipped = clipped_policy_loss(logp, old, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
+                weight = mismatch.weights(old, [s.rollout_logp for s in mb], [len(lp) for lp in logps], cfg)
+                if weight is not None:
+                    pg = pg * weight
                 loss = token_mean(pg, total) - cfg.entropy_coef * token_mean(ent, total)
                 if self._uses_kl:
                     kl = low_var_kl(logp, torch.cat([s.ref_logp for s in mb]))
@@ -171,6 +183,7 @@ class Updater:
         n = total * cfg.ppo_epochs
         out = {k: v / n for k, v in sums.items()}
         out.update(grad_norm=grad_norm, lr=self.sched.get_last_lr()[0], trained_tokens=total, sequences=len(seqs))
+        out.update(mismatch.summary())
         return out
 
 

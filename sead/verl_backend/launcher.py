@@ -146,6 +146,9 @@ def verl_overrides(cfg: DictConfig, vs: VerlSettings, tc: TrainerConfig, files: 
         f"{a}.grad_clip={u.grad_clip}",
         f"{a}.ppo_mini_batch_size={tc.profiles_per_step}",
         f"{a}.ppo_epochs={u.ppo_epochs}",
+        # verl's own truncated IS against vLLM-vs-FSDP mismatch (it logs rollout_corr/* metrics every step)
+        f"algorithm.rollout_correction.rollout_is={'token' if u.rollout_is == 'token' else 'null'}",
+        f"algorithm.rollout_correction.rollout_is_threshold={u.rollout_is_threshold}",
         f"{a}.ppo_micro_batch_size_per_gpu={vs.micro_batch_per_gpu}",
         f"{a}.use_dynamic_bsz={vs.use_dynamic_bsz}",
         f"{a}.ppo_max_token_len_per_gpu={vs.max_token_len_per_gpu}",
