@@ -67,7 +67,7 @@ def _group_choice(override: str) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class Domain:
     """The values a config field accepts. None (an optional field switched off) always passes; a list field's
-    items are checked one by one."""
+    items and a dict field's values are checked one by one."""
 
     ge: float | None = None
     gt: float | None = None
@@ -82,7 +82,8 @@ class Domain:
             ("<=", self.le, operator.le),
             ("<", self.lt, operator.lt),
         ]
-        for v in value if isinstance(value, list) else [value]:
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+        for v in items:
             if v is None:
                 continue
             if self.choices and v not in self.choices:
@@ -212,6 +213,19 @@ def check_config(cfg: DictConfig) -> None:
 
 
 @dataclasses.dataclass
+class PlausibilityConfig:
+    """`controller.plausibility`: an LLM pass over each training step's profiles (sead/controller/plausibility.py)."""
+
+    enabled: bool = False
+    base_url: str = "http://127.0.0.1:8000/v1"  # an OpenAI-compatible endpoint
+    model: str = "Qwen/Qwen2.5-14B-Instruct"
+    api_key: str = "EMPTY"
+    timeout: float = number(60.0, gt=0)  # seconds per call
+    candidates: int = number(30, ge=1)  # library entries offered as replacements per profile
+    concurrency: int = number(8, ge=1)  # calls in flight at once
+
+
+@dataclasses.dataclass
 class ControllerConfig:
     rule: str = "fixed"  # a name in sead.controller.CURRICULA, checked where it is built
     target: float = number(0.5, ge=0, le=1)  # a completion rate
@@ -219,6 +233,7 @@ class ControllerConfig:
     eps: float = number(0.05, gt=0, le=1)  # floor of weights that are then normalised: at 0 all could vanish
     min_count: int = number(1, ge=1)
     marginals: Any = None
+    plausibility: PlausibilityConfig = dataclasses.field(default_factory=PlausibilityConfig)
 
 
 def build_scenario(cfg: DictConfig):

@@ -13,9 +13,9 @@ from sead.errors import SEADInputError
 
 
 def _leaf_type(tp):
-    """int for `int`, `int | None` and `list[int]`; the annotation itself otherwise."""
-    if typing.get_origin(tp) is list:
-        return _leaf_type(typing.get_args(tp)[0])
+    """int for `int`, `int | None`, `list[int]` and `dict[str, int]`; the annotation itself otherwise."""
+    if typing.get_origin(tp) in (list, dict):
+        return _leaf_type(typing.get_args(tp)[-1])
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return _leaf_type(args[0]) if len(args) == 1 else tp
@@ -55,7 +55,8 @@ def _boundary_cases():
         domain = f.metadata.get("domain")
         if domain is None:
             continue
-        wrap = (lambda v: [v]) if typing.get_origin(hint) is list else (lambda v: v)  # a list's items are checked
+        # a list's items and a dict's values are checked
+        wrap = {list: lambda v: [v], dict: lambda v: {0: v}}.get(typing.get_origin(hint), lambda v: v)
         if domain.choices:
             yield pytest.param(path, domain.choices[-1], domain.choices[0] + "2", id=f"{path} in choices")
         step = 1 if _leaf_type(hint) is int else 1e-6
@@ -74,7 +75,9 @@ def test_each_declared_domain_refuses_just_outside_and_accepts_its_boundary(path
     obj = _check(path, inside)
     for key in path.split(".")[1:]:
         obj = getattr(obj, key)
-    assert obj == inside
+    assert (
+        obj.items() >= inside.items() if isinstance(inside, dict) else obj == inside
+    )  # a dict merges into the default
     with pytest.raises(SEADInputError) as e:
         _check(path, outside)
     assert e.value.field == path and "must be" in e.value.detail
@@ -100,6 +103,9 @@ def test_each_declared_domain_refuses_just_outside_and_accepts_its_boundary(path
         ("trainer.warmup.dialogues", -1, 0, "must be >= 0"),  # 0: no warm-up
         ("eval.limit", 0, None, "must be >= 1"),
         ("dialogue.user_retries", -1, 0, "must be >= 0"),
+        ("dialogue.response_cache.hit_rates", {0: 0.5, 2: 1.5}, {0: 0.0, 2: 1.0}, "must be >= 0 and <= 1, got 1.5"),
+        ("dialogue.response_cache.min_entries", 0, 1, "must be >= 1"),
+        ("controller.plausibility.timeout", 0, 0.5, "must be > 0"),
         ("dialogue.max_turns", 0, 1, "must be >= 1"),
         ("controller.eps", 0, 1, "must be > 0 and <= 1"),
         ("verl.usersim_port", 70000, 8000, "must be >= 1 and <= 65535"),

@@ -27,6 +27,7 @@ def test_every_path_of_a_run_directory_is_the_documented_one():
             "checkpoint": run.checkpoint(40).path,
             "partial_checkpoint": run.partial_checkpoint(40).path,
             "warmup": run.warmup.path,
+            "response_cache": run.response_cache,
             "verl_iteration": run.verl_iteration(1),
         }.items()
     } == {
@@ -43,6 +44,7 @@ def test_every_path_of_a_run_directory_is_the_documented_one():
         "checkpoint": "checkpoints/step_000040",
         "partial_checkpoint": "checkpoints/step_000040.partial",
         "warmup": "warmup",
+        "response_cache": "response_cache.jsonl",
         "verl_iteration": "verl/iter_001",
     }
     ckpt = CheckpointFolder(root / "checkpoints" / "step_000040")

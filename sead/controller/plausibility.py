@@ -1,8 +1,9 @@
-"""Optional LLM plausibility pass over sampled profiles (OFF by default).
+"""Optional LLM plausibility pass over sampled profiles (OFF by default; `controller.plausibility.enabled`).
 
 An LLM is asked whether each behaviour fits the profile's state. It may swap a behaviour, but only for
 another exact entry of the library; the sampled numbers never change (the original let the LLM rewrite them,
 which silently broke the curriculum's sampling). Any failure leaves the profile as sampled.
+Both training backends draw a step's profiles through `training_profiles`, so they ask the same questions.
 """
 
 from __future__ import annotations
@@ -11,23 +12,16 @@ import asyncio
 import json
 import random
 import re
-from dataclasses import dataclass
 
+from sead.config import PlausibilityConfig
+from sead.dialogue.seeds import profile_check_seed
+from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
 
+__all__ = ["PlausibilityConfig", "apply_answer", "check_endpoint", "plausibility_pass", "training_profiles"]
+
 _JSON = re.compile(r"\{.*\}", re.S)
-
-
-@dataclass
-class PlausibilityConfig:
-    enabled: bool = False
-    base_url: str = "http://127.0.0.1:8000/v1"
-    model: str = "Qwen/Qwen2.5-14B-Instruct"
-    api_key: str = "EMPTY"
-    timeout: float = 60.0
-    candidates: int = 30  # library entries offered as replacements per profile
-    concurrency: int = 8
 
 
 def build_prompt(profile: Profile, scenario: Scenario, candidates: list[str]) -> str:
@@ -95,3 +89,34 @@ async def plausibility_pass(
         return list(await asyncio.gather(*(one(p) for p in profiles))), stats
     finally:
         await client.close()
+
+
+async def training_profiles(
+    controller, n: int, scenario: Scenario, cfg: PlausibilityConfig, *, run_seed: int, step: int
+) -> tuple[list[Profile], dict | None]:
+    """Training step `step`'s `n` profiles as the controller draws them, then checked by the pass where it is
+    enabled, seeded by the step (a replayed step, or the same step in the other backend, asks the same). The
+    pass's counts ({checked, swapped, failed}) go with them; None where it is off."""
+    profiles = controller.sample(n)
+    if not cfg.enabled:
+        return profiles, None
+    return await plausibility_pass(profiles, scenario, cfg, seed=profile_check_seed(run_seed, step))
+
+
+async def check_endpoint(cfg: PlausibilityConfig) -> None:
+    """Where the pass is enabled, fail before a model loads when its endpoint is down or does not serve the model:
+    during the run a failed call only keeps the sampled profile, so a dead endpoint would pass unnoticed."""
+    if not cfg.enabled:
+        return
+    import httpx
+
+    from sead.usersim.openai_sim import HEALTH_TIMEOUT_S, probe_endpoint
+
+    async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S, headers={"Authorization": f"Bearer {cfg.api_key}"}) as http:
+        problem = await probe_endpoint(
+            http, cfg.base_url, cfg.model, role="plausibility LLM", hint="set controller.plausibility.model"
+        )
+    if problem:
+        raise SEADInputError(
+            f"{problem}; start it, or set controller.plausibility.enabled=false", field="controller.plausibility"
+        )

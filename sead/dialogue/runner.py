@@ -12,13 +12,13 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sead.config import number, one_of
 from sead.dialogue.agent import AgentPolicy, AgentRequest
 from sead.dialogue.chat_tokens import ChatTokens, ContextOverflow
 from sead.dialogue.episode import USER_REPORTS, Episode, Turn
-from sead.dialogue.response_cache import ResponseCache
+from sead.dialogue.response_cache import ResponseCache, ResponseCacheConfig
 from sead.dialogue.seeds import turn_seed
 from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
@@ -47,6 +47,7 @@ class RunnerConfig:
     backoff_base: float = number(0.5, ge=0)  # seconds; doubles per attempt
     backoff_max: float = number(8.0, ge=0)
     concurrency: int = number(64, ge=1)  # episodes in flight at once (batch runner)
+    response_cache: ResponseCacheConfig = field(default_factory=ResponseCacheConfig)  # training dialogues only
 
 
 class UnusableReply(SimulatorError):

@@ -33,3 +33,8 @@ def warmup_episode_seed(warmup_seed: int, index: int) -> int:
 def turn_seed(episode_seed: int, turn_index: int) -> int:
     """What the agent samples and the user simulator answers with on one turn of a dialogue."""
     return episode_seed * 1000 + turn_index
+
+
+def profile_check_seed(run_seed: int, step: int) -> int:
+    """The plausibility pass over training step `step`'s profiles (which library entries it offers)."""
+    return run_seed * 1_000_003 + step

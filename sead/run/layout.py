@@ -13,6 +13,7 @@ here and nowhere else:
   checkpoints/step_NNNNNN/      model/ (HF, safetensors; LoRA merged), adapter/ (LoRA), optimizer.pt (with PPO's
                                 value head), rng.pt, trainer_state.json (step, controller, counters), manifest.json
   warmup/                       dialogues.jsonl of the reference agent, the warmed model/, summary.json (embedded)
+  response_cache.jsonl          user replies kept for replay (dialogue.response_cache, embedded)
   verl/iter_NNN/                verl's own files of one iteration (verl backend)
 """
 
@@ -70,6 +71,7 @@ class RunLayout:
     validation_dir = Entry("validation")
     controller_dir = Entry("controller")
     checkpoints_dir = Entry("checkpoints")
+    response_cache = Entry("response_cache.jsonl")
 
     def resume_config(self, step: int) -> Path:
         return self.path / f"config.resume_{step:06d}.yaml"

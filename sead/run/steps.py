@@ -33,6 +33,8 @@ class StepRecord:
     gen_tokens_per_s: float | None = None
     time: dict[str, float] | None = None  # seconds per phase
     hack_monitors: dict | None = None  # sead.metrics.HackMonitor on this step's dialogues (scenarios with rules)
+    plausibility: dict | None = None  # {checked, swapped, failed} of the pass over the step's profiles, where on
+    response_cache: dict | None = None  # {hits, misses, entries} of the user-response cache, where on
 
     def to_dict(self) -> dict:
         out = {
@@ -45,7 +47,13 @@ class StepRecord:
             "dialogues": self.dialogues,
             **self.update,
         }
-        optional = {"gen_tokens_per_s": self.gen_tokens_per_s, "time": self.time, "hack_monitors": self.hack_monitors}
+        optional = {
+            "gen_tokens_per_s": self.gen_tokens_per_s,
+            "time": self.time,
+            "hack_monitors": self.hack_monitors,
+            "plausibility": self.plausibility,
+            "response_cache": self.response_cache,
+        }
         out.update({k: v for k, v in optional.items() if v is not None})
         out["controller_marginals"] = self.controller_marginals
         if self.controller_update is not None:

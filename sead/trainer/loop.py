@@ -13,7 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from sead.config import build_controller, build_scenario, build_usersim, check_config, group_config, runner_config
+from sead.controller.plausibility import check_endpoint, training_profiles
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
+from sead.dialogue.response_cache import ResponseCache
 from sead.dialogue.seeds import train_episode_seed, validation_episode_seed
 from sead.metrics import HackMonitor
 from sead.models.loading import ModelConfig, load_model
@@ -72,8 +74,10 @@ class Trainer:
         self.scenario = build_scenario(cfg)
         self.monitor = HackMonitor.for_scenario(self.scenario)  # per-step reward-hacking monitors
         self.controller = build_controller(cfg, self.scenario)
+        self.plausibility = group_config(cfg, "controller").plausibility
         self.user = build_usersim(cfg, self.scenario)
         asyncio.run(self.user.check_health())  # a dead simulator fails here, not after minutes of loading
+        asyncio.run(check_endpoint(self.plausibility))
         self.score = EpisodeScorer.for_run(cfg, self.scenario)
         self.layout = RunLayout(Path(str(cfg.run_dir)).resolve())
         start = start_or_resume(self.layout.path, cfg)
@@ -101,6 +105,7 @@ class Trainer:
             console.print(f"resuming from {start.checkpoint} (step {self.step})")
         self.val_profiles = fixed_profiles(self.scenario, self.tc.validation.profiles, self.tc.validation.seed)
         self.layout.create(self.user.identity())
+        self.cache = ResponseCache.for_run(self.runner_cfg.response_cache, self.layout.response_cache)
         self.logger = MetricsLogger(
             self.layout,
             tensorboard=self.tc.logging.tensorboard,
@@ -112,7 +117,7 @@ class Trainer:
         )
 
     # -- phases ---------------------------------------------------------------------------------------------
-    async def _play(self, jobs, policy, log_path: Path, progress, label: str):
+    async def _play(self, jobs, policy, log_path: Path, progress, label: str, cache: ResponseCache | None = None):
         task = progress.add_task(label, total=len(jobs))
         with RolloutLog(log_path, fresh=True) as rlog:  # one file per step: a replayed step rewrites it
             episodes = await run_batch(
@@ -125,6 +130,7 @@ class Trainer:
                 log=rlog,
                 on_done=lambda ep: progress.advance(task),
                 score=self.score,
+                cache=cache,
             )
         policy.turns.clear()  # finished dialogues: their keys/values would only hold memory until the next phase
         progress.remove_task(task)
@@ -191,15 +197,19 @@ class Trainer:
 
     async def train_step(self, progress) -> StepRecord:
         t0 = time.perf_counter()
-        jobs = rollout_jobs(
-            self.controller.sample(self.tc.profiles_per_step),
-            run_seed=int(self.cfg.seed),
+        run_seed = int(self.cfg.seed)
+        profiles, checked = await training_profiles(
+            self.controller,
+            self.tc.profiles_per_step,
+            self.scenario,
+            self.plausibility,
+            run_seed=run_seed,
             step=self.step,
-            group_size=self.tc.rollouts_per_profile,
         )
+        jobs = rollout_jobs(profiles, run_seed=run_seed, step=self.step, group_size=self.tc.rollouts_per_profile)
         tokens_before = self.policy.generated_tokens
         eps = await self._play(
-            jobs, self.policy, self.layout.rollouts(self.step), progress, f"step {self.step} rollouts"
+            jobs, self.policy, self.layout.rollouts(self.step), progress, f"step {self.step} rollouts", self.cache
         )
         t_roll = time.perf_counter() - t0
         scored = [e for e in eps if e.meta["reward"] is not None]  # scored as each dialogue ended
@@ -215,6 +225,8 @@ class Trainer:
             eps, controller=self.controller, space=self.scenario.space, layout=self.layout, monitor=self.monitor
         )
         record.update = {**update, **group_counts}
+        record.plausibility = checked
+        record.response_cache = self.cache.step_counts() if self.cache else None
         record.gen_tokens_per_s = (self.policy.generated_tokens - tokens_before) / max(t_roll, 1e-9)
         record.time = {"rollout_s": t_roll, "update_s": t_upd, "step_s": time.perf_counter() - t0}
         return record
@@ -228,6 +240,8 @@ class Trainer:
         finally:  # also on an error or Ctrl-C: connections closed, every logger flushed
             await self.user.aclose()
             self.logger.close()
+            if self.cache:
+                self.cache.close()
         return self.layout.path
 
     async def _train(self) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from sead.config import number, one_of, to_schema
+from sead.config import number, one_of, runner_config, to_schema
 from sead.errors import SEADInputError
 from sead.run.layout import Entry
 from sead.trainer.schema import TrainerConfig
@@ -69,11 +69,15 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
         raise SEADInputError(
             "backend=verl runs GRPO; the PPO value head is embedded-only", field="trainer.update.estimator"
         )
-    for name in ("lora", "warmup"):
-        if tc.lora.enabled if name == "lora" else tc.warmup.dialogues > 0:
-            raise SEADInputError(
-                f"trainer.{name} is embedded-only; turn it off for backend=verl", field=f"trainer.{name}"
-            )
+    embedded_only = {
+        "trainer.lora": tc.lora.enabled,
+        "trainer.warmup": tc.warmup.dialogues > 0,
+        # verl's agent-loop workers are separate processes: they cannot share one cache
+        "dialogue.response_cache": runner_config(cfg).response_cache.enabled,
+    }
+    for name, on in embedded_only.items():
+        if on:
+            raise SEADInputError(f"{name} is embedded-only; turn it off for backend=verl", field=name)
     budget = int(cfg.dialogue.max_total_tokens) + int(cfg.dialogue.max_new_tokens)
     if budget > vs.max_response_length:
         raise SEADInputError(

@@ -16,6 +16,7 @@ checkpoints) go to verl/iter_NNN/.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,8 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig
 
-from sead.config import build_controller, build_scenario, build_usersim
+from sead.config import build_controller, build_scenario, build_usersim, group_config
+from sead.controller.plausibility import training_profiles
 from sead.dialogue.episode import Episode
 from sead.dialogue.rollout_log import read_rollouts
 from sead.errors import SEADInputError
@@ -57,6 +59,8 @@ class VerlTrainer:
         self.scenario = build_scenario(cfg)
         self.monitor = HackMonitor.for_scenario(self.scenario)  # per-step reward-hacking monitors
         self.controller = build_controller(cfg, self.scenario)
+        self.plausibility = group_config(cfg, "controller").plausibility
+        self.checked: dict[int, dict | None] = {}  # the plausibility pass's counts per step, for its metrics line
         self.layout = RunLayout(Path(str(cfg.run_dir)).resolve())
         self.model_path, self.step = str(cfg.model.path), 0
         start = start_or_resume(self.layout.path, cfg)
@@ -96,7 +100,20 @@ class VerlTrainer:
         stale += [self.layout.validation_dialogues(k) for k in [iteration + 1] + ([0] if iteration == 0 else [])]
         for path in stale:
             path.unlink(missing_ok=True)
-        profiles = self.controller.sample(self.tc.profiles_per_step * spi)
+        profiles = []
+        for step in range(iteration * spi + 1, (iteration + 1) * spi + 1):
+            # step by step, as the embedded loop draws and checks them: the same profiles, asked the same
+            drawn, self.checked[step] = asyncio.run(
+                training_profiles(
+                    self.controller,
+                    self.tc.profiles_per_step,
+                    self.scenario,
+                    self.plausibility,
+                    run_seed=int(self.cfg.seed),
+                    step=step,
+                )
+            )
+            profiles += drawn
         files = self._files(iteration)
         write_rows(self._rows(profiles, "train"), files.train_file)
         write_rows(self._rows(self.val_profiles, "val"), files.val_file)
@@ -155,6 +172,7 @@ class VerlTrainer:
                 monitor=self.monitor,
             )
             record.update = {"verl": verl_steps.get(local, {})}
+            record.plausibility = self.checked.get(self.step)
             logger.log(self.step, record.to_dict())
         write_controller_state(self.controller, self.layout, iteration + 1)
 

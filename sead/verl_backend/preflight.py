@@ -11,7 +11,8 @@ import sys
 
 from omegaconf import DictConfig
 
-from sead.config import build_scenario, build_usersim, load_config
+from sead.config import build_scenario, build_usersim, group_config, load_config
+from sead.controller.plausibility import check_endpoint
 from sead.errors import SEADInputError
 from sead.verl_backend import require_verl
 from sead.verl_backend.launcher import VerlSettings, check_sead_config, verl_settings
@@ -64,6 +65,7 @@ def preflight(cfg: DictConfig, *, gpus: int | None = None) -> None:
     check_sead_config(cfg, vs)
     require_verl()
     check_user_simulator(cfg)
+    asyncio.run(check_endpoint(group_config(cfg, "controller").plausibility))
 
 
 def gpu_plan(cfg: DictConfig, total: int) -> dict[str, str]:
