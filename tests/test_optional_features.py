@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 from verl_fakes import SMALL_DIALOGUES, tiny_model_dir, verl_run_config
 
-from sead.agents import ReferenceAgent
 from sead.cli.main import main
 from sead.config import build_controller
 from sead.controller.plausibility import PlausibilityConfig, apply_answer, plausibility_pass, training_profiles
@@ -17,11 +16,12 @@ from sead.dialogue import RunnerConfig, run_episode
 from sead.dialogue.episode import Episode
 from sead.dialogue.response_cache import ResponseCache, ResponseCacheConfig
 from sead.dialogue.rollout_log import read_rollouts
+from sead.policy.hf import HFPolicy
+from sead.policy.scripted import ReferenceAgent
 from sead.run.json_lines import read_json_lines
 from sead.run.layout import RunLayout
 from sead.scenario import Profile
 from sead.testing.fake_openai_server import FakeOpenAIServer
-from sead.trainer.policy import HFPolicy
 
 
 def test_cache_waits_for_min_entries_never_hits_twice_in_a_row_and_persists(tmp_path):
