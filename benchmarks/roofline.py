@@ -1,0 +1,423 @@
+"""How close SEAD gets to this machine's limits with SmolLM2-135M: decoding, prefill, training forward + backward.
+
+One run measures the machine (CPU and its flags, memory read bandwidth, matmul rate per dtype), derives the
+roofline of each workload from it, and measures SEAD beside plain transformers `generate()` on the same batch:
+- decode, per step: max(bytes / bandwidth, flops / matmul rate), bytes = the weights plus every row's KV cache
+  at its real length, flops = 2 x parameters per row plus attention over that cache; tok/s = rows / that time;
+- prefill: the same for running every row's whole prompt (dense: the SOP prompt once per row). SEAD runs the
+  prompt the rows share once, so its prompt tok/s can pass 1x this roofline; its `work` figures count what it ran;
+- training forward + backward (`masked_logprobs`, a batch like benchmarks/train_step.py's): the flops it does
+  (about 6 x parameters per token with gradient, 2 x for the shared prompt run without) / the matmul rate.
+Rows are the restaurant SOP prompt in the chat template plus a different short conversation each (built with
+the runner's ChatTokens), greedy, end-of-turn never stopping a row. Prefill and decode are told apart by timing
+every forward call (decode = the last new-tokens - 1 forwards, one token per row each, and what runs between).
+
+    .venv/bin/python benchmarks/roofline.py [--rows 1 8 32 64 128] [--dtypes float32 bfloat16] [--new-tokens 32]
+        [--model smollm2|/hf/folder] [--quick] [--out benchmarks/roofline.json]  (a PNG is written beside it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from sead.config import build_scenario, load_config
+from sead.dialogue import AgentRequest, ChatTokens
+from sead.models.loading import ModelConfig, load_model
+from sead.policy.hf import HFPolicy, common_prefix_length
+from sead.policy.settings import SamplingConfig
+from sead.progress import progress_bar
+from sead.trainer.estimators import Sequence
+from sead.trainer.update import masked_logprobs, shared_prompt_length
+
+console = Console()
+FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+OPENING = "<response>Hello, this is Alex from the delivery platform. Am I speaking with the owner?</response>"
+USER_LINES = (
+    "Who is this?|I'm busy, make it quick.|What does it cost me?|Is this some kind of scam?|We already use another "
+    "delivery app.|Can you call back after the lunch rush?|How did you get this number?|Okay, go on, I'm listening."
+).split("|")
+CURVES = (("roofline", "roofline", "k--"), ("sead", "SEAD HFPolicy.sample", "o-"), ("generate", "generate()", "s-"))
+REPLY = "<response>Sure, let me help you claim the credit.</response><stage>1</stage><status>0</status>"
+
+
+def timed(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# -- the machine ---------------------------------------------------------------------------------------------
+def cpu_info() -> dict:
+    fields: dict[str, str] = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {
+        "model": fields.get("model name", platform.processor()),
+        "family_model": f"{fields.get('cpu family', '?')}/{fields.get('model', '?')}",
+        "cpus": os.cpu_count(),
+        "flags": {f: f in flags for f in FLAGS},
+    }
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def probe_machine(dtypes: list[str], matmul_n: int, mib: int) -> dict:
+    return {
+        "bandwidth_gb_s": bandwidth_gb_s(mib),
+        "matmul_gflop_s": {d: matmul_gflop_s(matmul_n, getattr(torch, d)) for d in dtypes},
+    }
+
+
+def bandwidth_gb_s(mib: int, repeats: int = 5) -> float:
+    """Memory read bandwidth: a sum over a tensor far larger than the caches, best of `repeats`."""
+    x = torch.ones(mib * 2**20 // 4)
+    x.sum()
+    return x.numel() * 4 / timed(x.sum, repeats) / 1e9
+
+
+def matmul_gflop_s(n: int, dtype: torch.dtype, repeats: int = 4) -> float:
+    a, b = (torch.randn(n, n).to(dtype) for _ in range(2))
+    a @ b
+    return 2 * n**3 / timed(lambda: a @ b, repeats) / 1e9
+
+
+# -- the model's arithmetic --------------------------------------------------------------------------------------
+class Shape:
+    def __init__(self, model):
+        c = model.config
+        self.params = sum(p.numel() for p in model.parameters())  # a tied head counts once
+        self.elem = next(model.parameters()).element_size()
+        embed, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+        self.head_flops = 2 * head.numel()  # per position it scores
+        self.trunk_flops = 2 * (self.params - embed.numel() - (head.numel() if head is not embed else 0))
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.attn_flops = 4 * c.num_hidden_layers * c.num_attention_heads * head_dim  # per query, per key
+        self.kv_bytes = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * self.elem  # per position
+
+    def forward(self, tokens: float, context: float, scored: float) -> float:
+        """Flops of `tokens` positions attending to `context` keys on average, `scored` of them through the head."""
+        return self.trunk_flops * tokens + self.attn_flops * tokens * context + self.head_flops * scored
+
+
+def roofline(flops: float, nbytes: float, bw: float, rate: float) -> dict:
+    t_bw, t_fl = nbytes / (bw * 1e9), flops / (rate * 1e9)
+    return {"s": max(t_bw, t_fl), "bound": "memory" if t_bw >= t_fl else "compute", "memory_s": t_bw, "compute_s": t_fl}
+
+
+# -- measuring SEAD and generate() ---------------------------------------------------------------------------------
+@contextmanager
+def forward_clock(model):
+    """Collects (start, end) of every forward call of `model` into the list it yields."""
+    calls, starts = [], []
+    hooks = [
+        model.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter())),
+        model.register_forward_hook(lambda *_: calls.append((starts.pop(), time.perf_counter()))),
+    ]
+    try:
+        yield calls
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def split_timing(model, run, steps: int, repeats: int, budget_s: float = 20.0) -> dict:
+    """Best of up to `repeats` calls (one more only while under `budget_s` in all). A call's last `steps` forwards
+    are its decoding steps (one token per row each): decode = from the end of the forward before them to the
+    return, prefill = everything before."""
+    best, spent = None, 0.0
+    for _ in range(repeats):
+        if spent > budget_s:
+            break
+        with forward_clock(model) as calls:
+            t0 = time.perf_counter()
+            tokens = run()
+            t1 = time.perf_counter()
+        spent += t1 - t0
+        prefill_end = calls[-steps - 1][1]
+        out = {"new_tokens": tokens, "prefill_s": prefill_end - t0, "decode_s": t1 - prefill_end}
+        out["decode_forward_share"] = sum(e - s for s, e in calls[-steps:]) / out["decode_s"]
+        if best is None or t1 - t0 < best["prefill_s"] + best["decode_s"]:
+            best = out
+    return best
+
+
+def row_prompts(tok, sop: str, rows: int) -> list[list[int]]:
+    """The SOP prompt in the chat template, the agent's opening and a different user reply per row, as the
+    episode runner renders them."""
+    prompts = []
+    for i in range(rows):
+        chat = ChatTokens(tok, sop)
+        chat.add_agent(tok(OPENING, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+        chat.add_user(f"<user_reply>{USER_LINES[i % len(USER_LINES)]} (call {i})</user_reply>")
+        prompts.append(list(chat.prompt_ids))
+    return prompts
+
+
+def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> dict:
+    """SEAD and generate() on one batch, cold (nothing cached), and the workload's size for its rooflines."""
+    rows, lens = len(prompts), [len(p) for p in prompts]
+    weights = shape.params * shape.elem
+    ctx = [n + new / 2 for n in lens]  # every row's cache at its mean length over the decode
+    shared = common_prefix_length(prompts, min(lens) - 1)
+    width = max(lens)
+    result = {
+        "rows": rows,
+        "prompt_tokens_mean": sum(lens) / rows,
+        "cost": {
+            "decode_step": [shape.forward(rows, sum(ctx) / rows, rows), weights + sum(ctx) * shape.kv_bytes],
+            "prefill_dense": [sum(shape.forward(n, n / 2, 1) for n in lens), weights + sum(lens) * shape.kv_bytes],
+            "prefill_work": {  # what each runs: SEAD the shared prompt once, then every row's own tokens
+                "sead": shape.forward(shared, shared / 2, 1)
+                + shape.forward(rows * (width - shared), (shared + width) / 2, rows),
+                "generate": shape.forward(rows * width, width / 2, rows),
+            },
+        },
+        "decode": {},
+        "prefill": {},
+    }
+    no_eos = SimpleNamespace(eos_token_id=-1, pad_token_id=tok.pad_token_id)  # every row decodes `new` tokens
+    requests = [AgentRequest(p, [], new, seed=i) for i, p in enumerate(prompts)]
+
+    def sead() -> int:
+        policy = HFPolicy(model, no_eos, SamplingConfig(temperature=0.0), turn_cache_mb=0)  # nothing cached yet
+        return sum(len(o.token_ids) for o in policy.sample(requests))
+
+    ids = torch.full((rows, width), tok.pad_token_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :], attn[i, width - len(p) :] = torch.tensor(p), 1
+
+    def generate() -> int:
+        kw = {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False, "pad_token_id": tok.pad_token_id}
+        return model.generate(input_ids=ids, attention_mask=attn, **kw).numel() - ids.numel()  # min: no early stop
+
+    for name, run in (("sead", sead), ("generate", generate)):
+        t = split_timing(model, run, new - 1, repeats)
+        decode = {"tok_s": rows * (new - 1) / t["decode_s"], "s": t["decode_s"], "steps": new - 1}
+        result["decode"][name] = decode | {"new_tokens": t["new_tokens"], "in_forward": t["decode_forward_share"]}
+        result["prefill"][name] = {"prompt_tok_s": sum(lens) / t["prefill_s"], "s": t["prefill_s"]}
+    return result
+
+
+def score_rows(run: dict, bw: float, rate: float) -> None:
+    """Each figure as a fraction of its roofline, from the machine's best measured bandwidth and matmul rate."""
+    step, dense = roofline(*run["cost"]["decode_step"], bw, rate), roofline(*run["cost"]["prefill_dense"], bw, rate)
+    run["decode"]["roofline"] = {"tok_s": run["rows"] / step["s"], **step}
+    run["prefill"]["roofline"] = {"tok_s": run["prompt_tokens_mean"] * run["rows"] / dense["s"], **dense}
+    for name in ("sead", "generate"):
+        d, p = run["decode"][name], run["prefill"][name]
+        d["of_roofline"] = d["tok_s"] / run["decode"]["roofline"]["tok_s"]
+        p["of_roofline"] = p["prompt_tok_s"] / run["prefill"]["roofline"]["tok_s"]
+        p["work_gflop_s"] = run["cost"]["prefill_work"][name] / p["s"] / 1e9
+        p["work_of_matmul"] = p["work_gflop_s"] / rate
+
+
+def measure_training(model, tok, shape: Shape, prompts, repeats: int) -> dict:
+    """`masked_logprobs` + backward, as the trainer runs a micro-batch: the shared prompt once without gradient,
+    every row's own tokens with it, the LM head only where agent tokens are predicted."""
+    reply = tok(REPLY, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    seqs = []
+    for p in prompts:
+        mask = torch.zeros(len(p) + len(reply), dtype=torch.long)
+        mask[len(p) :] = 1
+        seqs.append(Sequence(torch.tensor(p + reply), mask, 1.0))
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        torch.cat(masked_logprobs(model, seqs, 1.0).logps).sum().backward()
+
+    seconds = timed(step, repeats)
+    model.zero_grad(set_to_none=True)
+    shared = shared_prompt_length(seqs)
+    width, agent = max(len(s.ids) for s in seqs) - shared, sum(int(s.mask.sum()) for s in seqs)
+    flops = shape.forward(shared, shared / 2, 0) + 3 * shape.forward(len(seqs) * width, shared + width / 2, agent)
+    tokens = sum(len(s.ids) for s in seqs)
+    sizes = {"rows": len(seqs), "tokens": tokens, "agent_tokens": agent, "shared_prompt": shared, "flops": flops}
+    return sizes | {"s": seconds, "tok_s": tokens / seconds, "gflop_s": flops / seconds / 1e9}
+
+
+def score_training(t: dict, rate: float) -> None:
+    t["roofline_tok_s"] = t["tokens"] / (t["flops"] / (rate * 1e9))
+    t["of_roofline"] = t["gflop_s"] / rate
+
+
+# -- output ------------------------------------------------------------------------------------------------------
+def cpu_line(cpu: dict) -> str:
+    flags = " ".join(f for f, on in cpu["flags"].items() if on) or "none of " + " ".join(FLAGS)
+    return f"{cpu['model']} (family/model {cpu['family_model']}, {cpu['cpus']} CPUs; {flags})"
+
+
+def machine_line(m: dict) -> str:
+    rates = ", ".join(f"{d} {r:.0f}" for d, r in m["matmul_gflop_s"].items())
+    return (
+        f"{cpu_line(m['cpu'])}; torch {m['torch']}, {m['threads']} threads; read bandwidth "
+        f"{m['bandwidth_gb_s']:.1f} GB/s; matmul {m['matmul_n']}^3 GFLOP/s: {rates}"
+    )
+
+
+def add_rows(table: Table, columns: tuple[str, ...], rows: list[list[str]]) -> Table:
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def print_tables(result: dict) -> None:
+    def fx(v: float, frac: float) -> str:
+        return f"{v:,.1f} ({frac:.2f}x)"
+
+    runs = result["runs"]
+    decode = [
+        [r["dtype"], str(r["rows"]), f"{r['prompt_tokens_mean']:.0f}"]
+        + [fx(r["decode"][k]["tok_s"], r["decode"][k]["of_roofline"]) for k in ("sead", "generate")]
+        + [f"{r['decode']['roofline']['tok_s']:,.1f}", r["decode"]["roofline"]["bound"]]
+        + [f"{100 * r['decode'][k]['in_forward']:.0f} %" for k in ("sead", "generate")]
+        for r in runs
+    ]
+    columns = ("dtype", "rows", "prompt", "SEAD", "generate()", "roofline", "bound", "SEAD in fwd", "gen() in fwd")
+    console.print(add_rows(Table(title="decode tok/s (x roofline)", title_justify="left"), columns, decode))
+    prefill = [
+        [r["dtype"], str(r["rows"])]
+        + [fx(r["prefill"][k]["prompt_tok_s"], r["prefill"][k]["of_roofline"]) for k in ("sead", "generate")]
+        + [f"{r['prefill']['roofline']['tok_s']:,.0f}", r["prefill"]["roofline"]["bound"]]
+        + [fx(r["prefill"][k]["work_gflop_s"], r["prefill"][k]["work_of_matmul"]) for k in ("sead", "generate")]
+        for r in runs
+    ]
+    columns = ("dtype", "rows", "SEAD", "generate()", "dense roofline", "bound", "SEAD GFLOP/s", "gen() GFLOP/s")
+    title = "prefill prompt tok/s (x dense roofline); GFLOP/s of the work each ran (x matmul rate)"
+    console.print(add_rows(Table(title=title, title_justify="left"), columns, prefill))
+    train = [
+        [t["dtype"], str(t["rows"]), str(t["tokens"]), f"{t['s']:.2f}", f"{t['tok_s']:,.0f}"]
+        + [f"{t['roofline_tok_s']:,.0f}", fx(t["gflop_s"], t["of_roofline"])]
+        for t in result["training"]
+    ]
+    columns = ("dtype", "rows", "tokens", "s", "tok/s", "roofline tok/s", "GFLOP/s (x matmul)")
+    console.print(add_rows(Table(title="training forward + backward", title_justify="left"), columns, train))
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dtypes = result["settings"]["dtypes"]
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(5.5 * len(dtypes), 4.2), squeeze=False, sharey=True)
+    for ax, dtype in zip(axes[0], dtypes):
+        runs = [r for r in result["runs"] if r["dtype"] == dtype]
+        rows = [r["rows"] for r in runs]
+        for key, label, style in CURVES:
+            ax.plot(rows, [r["decode"][key]["tok_s"] for r in runs], style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(rows, [str(n) for n in rows])
+        ax.set_yscale("log")
+        ax.set_xlabel("rows decoded together")
+        ax.set_title(f"{dtype}, {result['settings']['new_tokens']} new tokens")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("decode tok/s")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"SmolLM2-135M decode on {result['machine']['cpu']['model']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2", help="'smollm2' (the packaged model) or a local HF folder")
+    ap.add_argument("--rows", type=int, nargs="+", help="batch sizes to decode (default 1 8 32 64 128)")
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
+    ap.add_argument("--new-tokens", type=int, help="tokens decoded per row (default 32)")
+    ap.add_argument("--train-rows", type=int, default=4)
+    ap.add_argument("--repeats", type=int, help="best of this many calls, while a measurement is short (3)")
+    ap.add_argument("--quick", action="store_true", help="smoke test: rows 1 and 8, 8 tokens, small probes")
+    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("roofline.json"))
+    args = ap.parse_args(argv)
+    rows = args.rows or ([1, 8] if args.quick else [1, 8, 32, 64, 128])
+    new = args.new_tokens or (8 if args.quick else 32)
+    repeats = args.repeats or (1 if args.quick else 3)
+    if new < 2:
+        ap.error("--new-tokens must be at least 2 (one from the prefill, at least one decoding step)")
+    matmul_n, mib = (512, 64) if args.quick else (2048, 1024)
+    torch.manual_seed(0)
+
+    machine = {"cpu": cpu_info(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+    machine["uptime_before"] = uptime()
+    console.print(f"[bold]CPU:[/] {cpu_line(machine['cpu'])}\n{machine['uptime_before']}")
+    probes = [probe_machine(args.dtypes, matmul_n, mib)]  # again at the end: the limit is the best seen
+    sop = build_scenario(load_config([])).agent_system_prompt()
+    runs, training = [], []
+    with progress_bar(console) as progress:
+        task = progress.add_task("measuring", total=len(args.dtypes) * (sum(r + 4 for r in rows) + 8))
+        for dtype in args.dtypes:
+            preset = {"preset": "smollm2"} if args.model == "smollm2" else {"preset": "path", "path": args.model}
+            model, tok, label = load_model(ModelConfig(**preset, dtype=dtype))
+            prompts = row_prompts(tok, sop, max(max(rows), args.train_rows))
+            shape = Shape(model)
+            for n in rows:
+                progress.update(task, description=f"{dtype}, {n} rows")
+                runs.append({"dtype": dtype, **measure_rows(model, tok, shape, prompts[:n], new, repeats)})
+                d = runs[-1]["decode"]
+                progress.console.print(
+                    f"{dtype} {n:>3} rows: decode tok/s SEAD {d['sead']['tok_s']:.1f}, generate() "
+                    f"{d['generate']['tok_s']:.1f}; prefill s SEAD {runs[-1]['prefill']['sead']['s']:.1f}, "
+                    f"generate() {runs[-1]['prefill']['generate']['s']:.1f}"
+                )
+                progress.advance(task, n + 4)
+            progress.update(task, description=f"{dtype}, training")
+            training.append({"dtype": dtype, **measure_training(model, tok, shape, prompts[: args.train_rows], 2)})
+            progress.advance(task, 8)
+            del model
+            gc.collect()
+    probes.append(probe_machine(args.dtypes, matmul_n, mib))
+    machine["uptime_after"] = uptime()
+    machine["probes"] = probes
+    machine["bandwidth_gb_s"] = max(p["bandwidth_gb_s"] for p in probes)
+    machine["matmul_n"] = matmul_n
+    machine["matmul_gflop_s"] = {d: max(p["matmul_gflop_s"][d] for p in probes) for d in args.dtypes}
+    for run in runs:
+        score_rows(run, machine["bandwidth_gb_s"], machine["matmul_gflop_s"][run["dtype"]])
+    for t in training:
+        score_training(t, machine["matmul_gflop_s"][t["dtype"]])
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine,
+        "model": {"label": label, "params": shape.params, "kv_bytes_per_token_fp32": shape.kv_bytes * 4 // shape.elem},
+        "settings": {"rows": rows, "dtypes": args.dtypes, "new_tokens": new, "repeats": repeats, "quick": args.quick},
+        "runs": runs,
+        "training": training,
+    }
+    console.print(f"[bold]{machine_line(machine)}[/]")
+    print_tables(result)
+    console.print(f"load before: {machine['uptime_before']}\nload after:  {machine['uptime_after']}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, args.out.with_suffix(".png"))
+    console.print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
