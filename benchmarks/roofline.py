@@ -22,8 +22,6 @@ import argparse
 import datetime
 import gc
 import json
-import os
-import platform
 import subprocess
 import time
 from contextlib import contextmanager
@@ -37,6 +35,7 @@ from rich.table import Table
 from sead.config import build_scenario, load_config
 from sead.dialogue import AgentRequest, ChatTokens
 from sead.models.loading import ModelConfig, load_model
+from sead.models.precision import cpu_info
 from sead.policy.hf import HFPolicy, common_prefix_length
 from sead.policy.settings import SamplingConfig
 from sead.progress import progress_bar
@@ -44,7 +43,6 @@ from sead.trainer.estimators import Sequence
 from sead.trainer.update import masked_logprobs, shared_prompt_length
 
 console = Console()
-FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 OPENING = "<response>Hello, this is Alex from the delivery platform. Am I speaking with the owner?</response>"
 USER_LINES = (
     "Who is this?|I'm busy, make it quick.|What does it cost me?|Is this some kind of scam?|We already use another "
@@ -64,20 +62,6 @@ def timed(fn, repeats: int) -> float:
 
 
 # -- the machine ---------------------------------------------------------------------------------------------
-def cpu_info() -> dict:
-    fields: dict[str, str] = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
-    return {
-        "model": fields.get("model name", platform.processor()),
-        "family_model": f"{fields.get('cpu family', '?')}/{fields.get('model', '?')}",
-        "cpus": os.cpu_count(),
-        "flags": {f: f in flags for f in FLAGS},
-    }
-
-
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
@@ -264,7 +248,7 @@ def score_training(t: dict, rate: float) -> None:
 
 # -- output ------------------------------------------------------------------------------------------------------
 def cpu_line(cpu: dict) -> str:
-    flags = " ".join(f for f, on in cpu["flags"].items() if on) or "none of " + " ".join(FLAGS)
+    flags = " ".join(f for f, on in cpu["flags"].items() if on) or "none of " + " ".join(cpu["flags"])
     return f"{cpu['model']} (family/model {cpu['family_model']}, {cpu['cpus']} CPUs; {flags})"
 
 

@@ -60,7 +60,7 @@ def tiny():
     module, because update tests move its weights."""
     from sead.models.loading import ModelConfig, load_model
 
-    model, tok, _ = load_model(ModelConfig(preset="tiny"))
+    model, tok, _ = load_model(ModelConfig(preset="tiny", dtype="float32"))
     return model, tok
 
 

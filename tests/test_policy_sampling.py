@@ -1,6 +1,8 @@
 """The transformers policy's generation: shared-prefix and per-dialogue KV caches change nothing but speed, and
 batched top-k / top-p sampling keeps every row to its own seed and to the nucleus."""
 
+import copy
+
 import pytest
 import torch
 
@@ -39,6 +41,26 @@ def test_shared_prefix_sampling_matches_plain_batched_sampling(tiny):
     assert shared_policy._prefix[0] != version  # ... makes it recompute
 
 
+def test_batched_decoding_matches_each_row_recomputed_alone(tiny):
+    """The batch layout (shared prefix, padding, one preallocated KV buffer, a 4-D mask over positions not
+    decoded yet) against the plainest reference: each row alone, the whole sequence recomputed per token."""
+    model, tok = tiny
+    prefix = encode(tok, "You are Alex. Follow the SOP and answer in tags. " * 8)
+    requests = [
+        AgentRequest(prefix + encode(tok, f" user says {i} " * (2 * i + 1)), [], 8 + 2 * i, seed=i) for i in range(3)
+    ]
+    outs = HFPolicy(model, tok, GREEDY).sample(requests)
+    with torch.no_grad():
+        for request, out in zip(requests, outs):
+            ids, expected = list(request.prompt_ids), []
+            for token in out.token_ids:
+                logits = model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+                assert int(logits.argmax()) == token
+                expected.append(float(torch.log_softmax(logits, -1)[token]))
+                ids.append(token)
+            assert out.logprobs == pytest.approx(expected, abs=1e-5)
+
+
 def play(policy, tok, prefix, turns, rows):
     """Dialogues as the runner builds them: each prompt extends the last one with the reply and a user turn.
     Rows start at different turns, so batches mix rows with and without cached turns."""
@@ -55,7 +77,9 @@ def play(policy, tok, prefix, turns, rows):
 
 @pytest.mark.parametrize("sampling", [GREEDY, NUCLEUS])
 def test_turn_cache_gives_the_same_dialogues_as_recomputing_every_turn(tiny, sampling):
-    model, tok = tiny
+    """In float64, so the comparison sees the caches' logic only: in fp32 the two key layouts round differently
+    (about 1e-6 in a log-prob), enough to flip a nucleus draw of the near-uniform random model now and then."""
+    model, tok = copy.deepcopy(tiny[0]).double(), tiny[1]
     prefix = encode(tok, "System: you are Alex, follow the SOP. " * 4)
     cached_policy = HFPolicy(model, tok, sampling)
     cached = play(cached_policy, tok, prefix, turns=4, rows=3)

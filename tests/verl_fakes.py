@@ -59,7 +59,7 @@ def tiny_model_dir(root: Path) -> Path:
 
     out = root / "tiny-model"
     if not (out / "config.json").exists():
-        model, tok, _ = load_model(ModelConfig(preset="tiny"))
+        model, tok, _ = load_model(ModelConfig(preset="tiny", dtype="float32"))
         model.save_pretrained(out)
         tok.save_pretrained(out)
     return out

@@ -13,7 +13,7 @@ from sead.errors import SEADInputError
 class ModelConfig:
     preset: str = one_of("smollm2", "tiny", "path")
     path: str | None = None  # local HF folder (preset=path), also any checkpoint's model/ folder
-    dtype: str = one_of("float32", "bfloat16", "float16")
+    dtype: str = one_of("auto", "float32", "bfloat16", "float16")  # auto: bf16 where native (sead.models.precision)
     device: str = "cpu"  # a torch device: cpu, cuda, cuda:1, ...
     # tiny preset: a random Llama with the SmolLM2 tokenizer, for fast tests
     hidden: int = number(64, ge=1)
@@ -28,14 +28,19 @@ class ModelConfig:
         return replace(self, preset="path", path=str(folder))
 
 
-def load_model(cfg: ModelConfig):
-    """(model, tokenizer, label)."""
+def load_model(cfg: ModelConfig, dtype: str | None = None):
+    """(model, tokenizer, label). `dtype`: the weights' dtype when not `cfg.dtype` resolved for this machine (the
+    trainer's fp32 master weights)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = getattr(torch, cfg.dtype, None)
+    from sead.models.attention import use_gqa_attention
+    from sead.models.precision import compute_dtype
+
+    name = dtype or compute_dtype(cfg.dtype, cfg.device)
+    dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
-        raise SEADInputError(f"unknown dtype {cfg.dtype!r}", field="model.dtype")
+        raise SEADInputError(f"unknown dtype {name!r}", field="model.dtype")
     if cfg.preset == "tiny":
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -83,4 +88,5 @@ def load_model(cfg: ModelConfig):
         raise SEADInputError(
             "the tokenizer has no chat template; SEAD builds every dialogue with it", field="model.path"
         )
+    use_gqa_attention(model)
     return model.to(cfg.device), tok, label

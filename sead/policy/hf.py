@@ -9,8 +9,9 @@ Two caches spare the model work it has done before (both are dropped when the we
   once and serve every row;
 - each dialogue's own keys/values are kept between its turns (`TurnCache`), so a turn runs only the tokens
   added since the dialogue's previous turn.
-A batch is laid out as [shared prefix | pad | row's cached turns | pad | row's new tokens], with an attention
-mask over the pads and position ids that continue each row's own sequence.
+A batch is laid out as [shared prefix | pad | row's cached turns | pad | row's new tokens | tokens to decode] in
+one KV buffer sized for the whole call (`BatchCache`), with a 4-D attention mask over the pads and the positions
+not decoded yet, and position ids that continue each row's own sequence.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from sead.dialogue.agent import AgentOutput, AgentRequest, BatchingPolicy
 from sead.policy.sampling import pick_tokens
 from sead.policy.settings import SamplingConfig
-from sead.policy.turn_cache import CachedTurn, GrowingCache, TurnCache
+from sead.policy.turn_cache import BatchCache, CachedTurn, TurnCache
 
 
 def common_prefix_length(rows, limit: int) -> int:
@@ -29,6 +30,14 @@ def common_prefix_length(rows, limit: int) -> int:
     while k < limit and all(int(r[k]) == int(first[k]) for r in rows):
         k += 1
     return k
+
+
+def prompt_mask(attn: torch.Tensor, start: int, n: int) -> torch.Tensor:
+    """(rows, 1, n, keys): query j (key column start + j) sees the real tokens up to itself, and always itself,
+    so a padding query never has an empty row (its output is never used; an empty row would be NaN)."""
+    keys = torch.arange(attn.shape[1], device=attn.device)
+    cols = torch.arange(start, start + n, device=attn.device)[:, None]
+    return (attn[:, None, None, :] & (keys <= cols)) | (keys == cols)
 
 
 def weights_version(model) -> int:
@@ -78,26 +87,32 @@ class HFPolicy(BatchingPolicy):
         cached = [len(h.ids) - P if h else 0 for h in hits]  # each row's own positions already computed
         new = [p[P + c :] for p, c in zip(prompts, cached)]  # what this call runs through the model
         C, S = max(cached), max(len(n) for n in new)
+        limits = [r.max_new_tokens for r in requests]
+        total = P + C + S + max(limits)  # every key position this call can reach
         ids = torch.full((rows, S), pad, dtype=torch.long)
-        attn = torch.zeros((rows, P + C + S), dtype=torch.long)
-        attn[:, :P] = 1
+        attn = torch.zeros((rows, total), dtype=torch.bool)  # which positions are real tokens, so far
+        attn[:, :P] = True
         pos = torch.zeros_like(ids)
         for i, (c, own) in enumerate(zip(cached, new)):
-            attn[i, P + C - c : P + C] = 1
+            attn[i, P + C - c : P + C] = True
             ids[i, S - len(own) :] = torch.tensor(own)
-            attn[i, P + C + S - len(own) :] = 1
+            attn[i, P + C + S - len(own) : P + C + S] = True
             pos[i, S - len(own) :] = torch.arange(P + c, P + c + len(own))
         ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
-        limits = [r.max_new_tokens for r in requests]
-        past = self._batch_cache(prefix_kv, hits, cached, C, rows, reserve=S + max(limits))
+        past = self._batch_cache(prefix_kv, hits, cached, C, rows, capacity=total)
         gens = [torch.Generator().manual_seed(int(r.seed) & 0x7FFFFFFF) for r in requests]
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lp: list[list[float]] = [[] for _ in requests]
         live = list(range(rows))  # rows still sampling
         step = model(
-            input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True, logits_to_keep=1
+            input_ids=ids,
+            attention_mask=self._mask(prompt_mask(attn, P + C, S)),
+            position_ids=pos,
+            past_key_values=past,
+            use_cache=True,
+            logits_to_keep=1,
         )
-        cache, last_pos = step.past_key_values, pos[:, -1]
+        cache, last_pos, col = step.past_key_values, pos[:, -1], P + C + S
         nxt = torch.full((rows,), pad, dtype=torch.long)
         for _ in range(max(limits)):
             logits = step.logits[live, -1].float().cpu()
@@ -109,11 +124,11 @@ class HFPolicy(BatchingPolicy):
             live = [i for i in live if out_ids[i][-1] != eos and len(out_ids[i]) < limits[i]]
             if not live:
                 break
-            attn = torch.cat([attn, torch.ones((rows, 1), dtype=attn.dtype, device=device)], dim=1)
-            last_pos = last_pos + 1
+            attn[:, col] = True
+            col, last_pos = col + 1, last_pos + 1
             step = model(
                 input_ids=nxt[:, None].to(device),
-                attention_mask=attn,
+                attention_mask=self._mask(attn[:, None, None, :]),
                 position_ids=last_pos[:, None],
                 past_key_values=cache,
                 use_cache=True,
@@ -145,10 +160,20 @@ class HFPolicy(BatchingPolicy):
         self._prefix = (version, ids, kv)
         return ids, kv
 
-    def _batch_cache(self, prefix_kv, hits, cached, C: int, rows: int, reserve: int) -> GrowingCache:
-        """One cache for the batch: the shared prefix in every row, then each row's cached turns right-aligned;
-        `reserve` more positions for this call's new prompt tokens and what it decodes."""
-        cache = GrowingCache(reserve=reserve)
+    def _mask(self, allowed: torch.Tensor) -> torch.Tensor:
+        """The 4-D mask in the form the model's attention takes: boolean for sdpa-style kernels, additive for
+        `eager`."""
+        if self.model.config._attn_implementation != "eager":
+            return allowed
+        dtype = next(self.model.parameters()).dtype
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min
+        )
+
+    def _batch_cache(self, prefix_kv, hits, cached, C: int, rows: int, capacity: int) -> BatchCache:
+        """One cache of `capacity` positions for the batch: the shared prefix in every row, then each row's
+        cached turns right-aligned; the rest for this call's new prompt tokens and what it decodes."""
+        cache = BatchCache(capacity)
         source = prefix_kv or next((h.kv for h in hits if h), None)  # any entry gives the layers' shapes
         if source is None:
             return cache

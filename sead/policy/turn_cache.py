@@ -93,40 +93,47 @@ class TurnCache:
         return len(self._entries)
 
 
-class _GrowingLayer(DynamicLayer):
-    """A cache layer that writes new positions into spare capacity instead of concatenating: decoding a token
-    then costs no copy of the whole cache (transformers' DynamicLayer copies it every step). The first write
-    reserves `reserve` more positions (the tokens about to be decoded), so a batch normally never reallocates."""
+class _BatchLayer(DynamicLayer):
+    """A cache layer of fixed capacity, allocated (zeroed) at the first write: new positions are written in
+    place, so decoding a token copies nothing (transformers' DynamicLayer concatenates, copying the whole cache
+    every step), and attention always gets the whole buffer, contiguous. A view of the written part would not
+    be: the CPU's bf16 batched matmul copies such a view whole on every call. Positions not written yet are
+    zeros and must be masked out by the caller, who passes a 4-D mask of `capacity` keys."""
 
-    def __init__(self, reserve: int = 128):
+    def __init__(self, capacity: int):
         super().__init__()
-        self.reserve = reserve
+        self.capacity = capacity
 
     def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
+        first = not self.is_initialized
+        if first:
             self.lazy_initialization(key_states, value_states)
-            self._kbuf = self._vbuf = None
+            shape = (*key_states.shape[:2], self.capacity)
+            self.keys = key_states.new_empty((*shape, key_states.shape[-1]))
+            self.values = value_states.new_empty((*shape, value_states.shape[-1]))
             self._len = 0
         end = self._len + key_states.shape[-2]
-        if self._kbuf is None or end > self._kbuf.shape[-2]:
-            capacity = end + self.reserve
-            kbuf = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
-            vbuf = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
-            if self._len:
-                kbuf[..., : self._len, :] = self._kbuf[..., : self._len, :]
-                vbuf[..., : self._len, :] = self._vbuf[..., : self._len, :]
-            self._kbuf, self._vbuf = kbuf, vbuf
-        self._kbuf[..., self._len : end, :] = key_states
-        self._vbuf[..., self._len : end, :] = value_states
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded ({end} positions)")
+        self.keys[..., self._len : end, :] = key_states
+        self.values[..., self._len : end, :] = value_states
+        if first:  # masked, but must be finite: a masked key's weight is 0, and 0 x NaN would still be NaN
+            self.keys[..., end:, :] = 0
+            self.values[..., end:, :] = 0
         self._len = end
-        self.keys, self.values = self._kbuf[..., :end, :], self._vbuf[..., :end, :]
         return self.keys, self.values
 
+    def get_seq_length(self) -> int:
+        return self._len if self.is_initialized else 0
 
-class GrowingCache(DynamicCache):
-    """A DynamicCache of `_GrowingLayer`s (about 20 % faster decoding at 32-64 rows on CPU). `reserve`: how many
-    positions to keep free after the first write, i.e. the most tokens the batch will decode."""
+    def get_mask_sizes(self, query_length: int, *args) -> tuple[int, int]:
+        return self.capacity, 0
 
-    def __init__(self, reserve: int = 128):
+
+class BatchCache(DynamicCache):
+    """A DynamicCache of `_BatchLayer`s holding `capacity` positions: the batch's cached context plus every
+    token it will run. The model must be given a 4-D mask over all `capacity` keys."""
+
+    def __init__(self, capacity: int):
         super().__init__()
-        self.layer_class_to_replicate = partial(_GrowingLayer, reserve=reserve)
+        self.layer_class_to_replicate = partial(_BatchLayer, capacity=capacity)

@@ -6,6 +6,7 @@ here and nowhere else:
   config.yaml                   the resolved config the run started with (frozen once it has a checkpoint)
   config.resume_NNNNNN.yaml     the config a resume from step NNNNNN ran with, where it differs
   usersim.json                  the user simulator's identity and settings
+  machine.json                  CPU, flags, torch, threads and the precision chosen, one record per start (embedded)
   rollouts/step_NNNNNN.jsonl    every training dialogue (profile, transcript, statuses, reward, token ids + mask)
   validation/iter_NNN.json(l)   validation dialogues (.jsonl) and their metrics (.json); 0 = before training
   controller/                   update reports (JSON + heat map); state_iter_NNN.json after each iteration
@@ -65,6 +66,7 @@ class RunLayout:
     lock = Entry(".lock")
     config = Entry("config.yaml")
     usersim = Entry("usersim.json")
+    machine = Entry("machine.json")
     metrics = Entry("metrics.jsonl")
     tensorboard = Entry("tensorboard")
     rollouts_dir = Entry("rollouts")

@@ -19,11 +19,13 @@ from sead.dialogue.response_cache import ResponseCache
 from sead.dialogue.seeds import train_episode_seed, validation_episode_seed
 from sead.metrics import HackMonitor
 from sead.models.loading import ModelConfig, load_model
+from sead.models.precision import Precision, RolloutWeights
 from sead.policy.hf import HFPolicy
 from sead.progress import progress_bar
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.layout import CheckpointFolder, RunLayout
 from sead.run.lock import run_dir_lock
+from sead.run.machine import record_machine
 from sead.run.metrics_log import MetricsLogger
 from sead.run.scoring import EpisodeScorer
 from sead.run.start import start_or_resume
@@ -39,16 +41,17 @@ from sead.trainer.warmup import reuse_warmup, save_warmup, warmup
 console = Console()
 
 
-def build_models(model_cfg: ModelConfig, tc: TrainerConfig, resume: Path | None, warmed: Path):
-    """(policy, KL reference or None, tokenizer, label). The reference is the base model, or the warmed-up model
-    once a warm-up made one; with LoRA it is the policy's own base under switched-off adapters (no second copy)."""
-    ref_model, tokenizer, label = load_model(model_cfg)
+def build_models(model_cfg: ModelConfig, tc: TrainerConfig, resume: Path | None, warmed: Path, master: str):
+    """(policy, KL reference or None, tokenizer, label), with weights in `master` precision. The reference is the
+    base model, or the warmed-up model once a warm-up made one; with LoRA it is the policy's own base under
+    switched-off adapters (no second copy)."""
+    ref_model, tokenizer, label = load_model(model_cfg, master)
     if resume and (warmed / "config.json").exists():
-        ref_model = load_model(model_cfg.at(warmed))[0]
+        ref_model = load_model(model_cfg.at(warmed), master)[0]
     checkpoint = CheckpointFolder(resume) if resume else None
     if tc.lora.enabled:
         return lora.wrap(ref_model, tc.lora, checkpoint.adapter if checkpoint else None), None, tokenizer, label
-    model = load_model(model_cfg.at(checkpoint.model))[0] if checkpoint else copy.deepcopy(ref_model)
+    model = load_model(model_cfg.at(checkpoint.model), master)[0] if checkpoint else copy.deepcopy(ref_model)
     ref = ref_model.eval().requires_grad_(False) if tc.update.kl_coef else None
     return model, ref, tokenizer, label
 
@@ -71,6 +74,7 @@ class Trainer:
         self.tc: TrainerConfig = group_config(cfg, "trainer")
         self.runner_cfg = runner_config(cfg)
         self.model_cfg: ModelConfig = group_config(cfg, "model")
+        self.precision = Precision.for_training(self.model_cfg.dtype, self.model_cfg.device)
         self.scenario = build_scenario(cfg)
         self.monitor = HackMonitor.for_scenario(self.scenario)  # per-step reward-hacking monitors
         self.controller = build_controller(cfg, self.scenario)
@@ -83,12 +87,20 @@ class Trainer:
         start = start_or_resume(self.layout.path, cfg)
         console.print(f"run directory: {self.layout.path}")
         self.model, self.ref, self.tokenizer, label = build_models(
-            self.model_cfg, self.tc, start.checkpoint, self.layout.warmup.model
+            self.model_cfg, self.tc, start.checkpoint, self.layout.warmup.model, self.precision.master
         )
-        self.updater = Updater(self.model, self.ref, self.tc.update, temperature=self.tc.sampling.temperature)
+        self.updater = Updater(
+            self.model,
+            self.ref,
+            self.tc.update,
+            temperature=self.tc.sampling.temperature,
+            autocast=self.precision.autocast,
+        )
+        # rollouts and validation sample from a compute-precision copy when training keeps fp32 master weights
+        self.rollout_model = RolloutWeights(self.model, self.precision)
         self.policy, self.val_policy = (
             HFPolicy(
-                self.model,
+                self.rollout_model.model,
                 self.tokenizer,
                 sampling,
                 max_batch=self.tc.max_batch,
@@ -105,6 +117,8 @@ class Trainer:
             console.print(f"resuming from {start.checkpoint} (step {self.step})")
         self.val_profiles = fixed_profiles(self.scenario, self.tc.validation.profiles, self.tc.validation.seed)
         self.layout.create(self.user.identity())
+        record_machine(self.layout, self.precision, self.step)
+        console.print(f"precision: {self.precision.describe()}")
         self.cache = ResponseCache.for_run(self.runner_cfg.response_cache, self.layout.response_cache)
         self.logger = MetricsLogger(
             self.layout,
@@ -119,6 +133,7 @@ class Trainer:
     # -- phases ---------------------------------------------------------------------------------------------
     async def _play(self, jobs, policy, log_path: Path, progress, label: str, cache: ResponseCache | None = None):
         task = progress.add_task(label, total=len(jobs))
+        self.rollout_model.refresh()  # the rollout copy follows every update, the warm-up and a resume
         with RolloutLog(log_path, fresh=True) as rlog:  # one file per step: a replayed step rewrites it
             episodes = await run_batch(
                 jobs,
@@ -153,6 +168,7 @@ class Trainer:
                 runner_cfg=self.runner_cfg,
                 out=self.layout.warmup,
                 progress=progress,
+                autocast=self.precision.autocast,
             )
         save_warmup(self.layout.warmup, summary, self.model, self.tokenizer)
         if self.ref is not None:  # KL keeps RL near the warmed-up model, not the format-less base

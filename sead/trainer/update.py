@@ -3,6 +3,7 @@ where the advantages come from (GRPO's groups, PPO's critic) is the estimator's 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import NamedTuple
 
@@ -81,10 +82,12 @@ def masked_logprobs(
 
 
 class Updater:
-    def __init__(self, model, ref_model, cfg: UpdateConfig, *, temperature: float):
+    def __init__(self, model, ref_model, cfg: UpdateConfig, *, temperature: float, autocast=contextlib.nullcontext):
         """`temperature` is the one the rollouts were sampled at (`trainer.sampling.temperature`): log-probs are
-        taken under the distribution the tokens were drawn from, so it is passed in, never set twice."""
+        taken under the distribution the tokens were drawn from, so it is passed in, never set twice. `autocast`:
+        a context the forwards run in (`Precision.autocast`: bf16 matmuls over fp32 master weights)."""
         self.model, self.ref, self.cfg, self.temperature = model, ref_model, cfg, temperature
+        self.autocast = autocast
         self.estimator = ESTIMATORS[cfg.estimator](cfg, model)
         params = [p for p in model.parameters() if p.requires_grad]
         if self.estimator.critic is not None:
@@ -108,7 +111,8 @@ class Updater:
         self.model.eval()
         for mb in self._batches(seqs):
             if self._needs_old_pass:
-                scored = masked_logprobs(self.model, mb, self.temperature)
+                with self.autocast():
+                    scored = masked_logprobs(self.model, mb, self.temperature)
                 for s, lp, h in zip(mb, scored.logps, scored.hidden):
                     s.old_logp = lp.detach()
                     self.estimator.observe(s, h)
@@ -125,8 +129,10 @@ class Updater:
 
     def _ref_logprobs(self, mb: list[Sequence]) -> list[torch.Tensor]:
         if self.ref is not None:
-            return masked_logprobs(self.ref, mb, self.temperature)[0]
-        with self.model.disable_adapter():  # LoRA: the reference is the base network under the adapters
+            with self.autocast():
+                return masked_logprobs(self.ref, mb, self.temperature)[0]
+        # LoRA: the reference is the base network under the adapters
+        with self.model.disable_adapter(), self.autocast():
             return masked_logprobs(self.model, mb, self.temperature)[0]
 
     def step(self, seqs: list[Sequence]) -> dict:
@@ -144,7 +150,8 @@ class Updater:
         for _ in range(cfg.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
             for mb in self._batches(seqs):
-                logps, ents, hidden = masked_logprobs(self.model, mb, self.temperature, with_entropy=True)
+                with self.autocast():
+                    logps, ents, hidden = masked_logprobs(self.model, mb, self.temperature, with_entropy=True)
                 logp, ent = torch.cat(logps), torch.cat(ents)
                 old = torch.cat([s.old_logp if s.old_logp is not None else lp.detach() for s, lp in zip(mb, logps)])
                 adv = torch.cat(

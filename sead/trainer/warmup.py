@@ -8,6 +8,7 @@ mask are built exactly as in RL, and the loss is the mean negative log-likelihoo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -40,9 +41,10 @@ async def warmup(
     runner_cfg: RunnerConfig,
     out: WarmupFolder,
     progress,
+    autocast=contextlib.nullcontext,
 ) -> dict:
-    """Play the reference agent against `user`, log its dialogues to `out`, then fine-tune `model` on its turns.
-    Returns summary numbers."""
+    """Play the reference agent against `user`, log its dialogues to `out`, then fine-tune `model` on its turns
+    (forwards inside `autocast`, see `Precision.autocast`). Returns summary numbers."""
     started = time.perf_counter()
     agent = ReferenceAgent(scenario, tokenizer)
     # Their own seeded draws: the controller's stay those of the RL run.
@@ -80,7 +82,8 @@ async def warmup(
             if deadline is not None and time.perf_counter() >= deadline:
                 break
             batch = seqs[i : i + cfg.micro_batch]
-            logps = masked_logprobs(model, batch, temperature=1.0).logps
+            with autocast():
+                logps = masked_logprobs(model, batch, temperature=1.0).logps
             loss = -torch.cat(logps).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -119,7 +122,7 @@ def reuse_warmup(src: str, *, model, model_cfg: ModelConfig, lora_enabled: bool)
             "trainer.lora.enabled=false or warm up in this run)",
             field="trainer.warmup.reuse",
         )
-    warmed = load_model(model_cfg.at(where.model))[0]
+    warmed = load_model(model_cfg.at(where.model), str(next(model.parameters()).dtype).removeprefix("torch."))[0]
     try:
         model.load_state_dict(warmed.state_dict())
     except RuntimeError as err:

@@ -1,0 +1,123 @@
+"""SEAD's grouped-query attention (`sead_gqa`) against transformers' own `sdpa` path: bit-equal in fp32 (prefill,
+cached decoding, training gradients, whole sampled dialogues), and in bf16 no further from the fp32 result than
+the `sdpa` path is."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sead.dialogue import AgentRequest
+from sead.models.attention import NAME, _single_query
+from sead.models.loading import ModelConfig, load_model
+from sead.policy.hf import HFPolicy
+from sead.policy.settings import SamplingConfig
+
+
+@pytest.fixture(scope="module")
+def gqa_model():
+    """The tiny preset with 3 query heads per key/value head, like SmolLM2."""
+    model, tok, _ = load_model(ModelConfig(preset="tiny", dtype="float32", hidden=96, heads=6, kv_heads=2, init_seed=3))
+    assert model.config._attn_implementation == NAME
+    return model.eval(), tok
+
+
+def with_attention(model, impl: str, dtype=torch.float32):
+    twin = copy.deepcopy(model).to(dtype)
+    twin.set_attn_implementation(impl)
+    return twin
+
+
+def padded_batch(rows=4, width=24):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 900, (rows, width), generator=g)
+    mask = torch.ones_like(ids)
+    for i in range(rows):
+        mask[i, : 3 * i] = 0  # left padding of different lengths: the case where sdpa copies the cache
+    return ids, mask
+
+
+def prefill_and_decode(model, ids, mask, steps=5):
+    """Logits of a padded prefill and of `steps` cached single-token steps after it."""
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+        logits, cache = [out.logits], out.past_key_values
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+        for _ in range(steps):
+            mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
+            out = model(input_ids=nxt, attention_mask=mask, past_key_values=cache, use_cache=True)
+            logits.append(out.logits)
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    return logits
+
+
+def test_fp32_prefill_and_decoding_are_bit_equal_to_sdpa(gqa_model):
+    model, _ = gqa_model
+    ids, mask = padded_batch()
+    ours = prefill_and_decode(with_attention(model, NAME), ids, mask)
+    theirs = prefill_and_decode(with_attention(model, "sdpa"), ids, mask)
+    assert torch.equal(ours[0][mask.bool()], theirs[0][mask.bool()])  # padded positions' outputs are unused
+    for a, b in zip(ours[1:], theirs[1:]):
+        assert torch.equal(a, b)
+
+
+def test_fp32_training_gradients_match_sdpa(gqa_model):
+    model, _ = gqa_model
+    ids, mask = padded_batch()
+    grads = []
+    for impl in (NAME, "sdpa"):
+        twin = with_attention(model, impl).train()
+        logits = twin(input_ids=ids, attention_mask=mask).logits
+        F.cross_entropy(logits[:, :-1][mask[:, 1:].bool()], ids[:, 1:][mask[:, 1:].bool()]).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in twin.parameters()]))
+    assert torch.allclose(grads[0], grads[1], rtol=1e-5, atol=1e-7)
+
+
+def test_sampled_dialogues_are_the_same_tokens_and_logprobs_as_with_sdpa(gqa_model):
+    model, tok = gqa_model
+    prefix = tok.encode("You are Alex. Follow the SOP and answer in tags. " * 4, add_special_tokens=False)
+    requests = [
+        AgentRequest(prefix + tok.encode(f" user says {i} " * (i + 1), add_special_tokens=False), [], 10, seed=i)
+        for i in range(3)
+    ]
+    outs = [
+        HFPolicy(with_attention(model, impl), tok, SamplingConfig(temperature=1.0, top_p=0.9)).sample(requests)
+        for impl in (NAME, "sdpa")
+    ]
+    for a, b in zip(*outs):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == b.logprobs
+
+
+def test_bf16_decoding_is_no_further_from_fp32_than_sdpa_in_bf16(gqa_model):
+    model, _ = gqa_model
+    ids, mask = padded_batch()
+    exact = prefill_and_decode(with_attention(model, "sdpa"), ids, mask)
+    runs = {impl: prefill_and_decode(with_attention(model, impl, torch.bfloat16), ids, mask) for impl in (NAME, "sdpa")}
+    for step in range(1, len(exact)):  # the single-query steps, where sead_gqa has its own bf16 path
+        ref = exact[step].log_softmax(-1)
+        err = {impl: (r[step].float().log_softmax(-1) - ref).abs().max().item() for impl, r in runs.items()}
+        assert err[NAME] <= 1.5 * err["sdpa"] + 1e-3, err
+
+
+def test_single_query_path_matches_the_fused_kernel_and_ignores_masked_keys():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(shape, generator=g) for shape in ((3, 6, 1, 16), (3, 2, 20, 16), (3, 2, 20, 16)))
+    mask = torch.ones(3, 1, 1, 20, dtype=torch.bool)
+    mask[1, ..., :7] = False
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+    got = _single_query(q, k, v, mask, None)
+    assert torch.allclose(got, expected, atol=1e-5)
+    k2, v2 = k.clone(), v.clone()
+    k2[1, :, :7], v2[1, :, :7] = 1e4, -1e4  # what a masked key holds must not matter
+    assert torch.equal(_single_query(q, k2, v2, mask, None), got)
+    bf16 = _single_query(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, None)
+    assert torch.allclose(bf16.float(), expected, atol=3e-2)
+
+
+def test_saved_models_do_not_name_the_sead_attention(gqa_model, tmp_path):
+    """A checkpoint must load anywhere (vLLM, verl, plain transformers) without SEAD registered."""
+    model, _ = gqa_model
+    model.save_pretrained(tmp_path)
+    assert NAME not in (tmp_path / "config.json").read_text()
