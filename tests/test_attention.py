@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from sead.dialogue import AgentRequest
-from sead.models.attention import NAME, _single_query
+from sead.models.attention import NAME, _single_query, _with_shared_prefix
 from sead.models.loading import ModelConfig, load_model
 from sead.policy.hf import HFPolicy
 from sead.policy.settings import SamplingConfig
@@ -74,20 +74,26 @@ def test_fp32_training_gradients_match_sdpa(gqa_model):
     assert torch.allclose(grads[0], grads[1], rtol=1e-5, atol=1e-7)
 
 
-def test_sampled_dialogues_are_the_same_tokens_and_logprobs_as_with_sdpa(gqa_model):
+@pytest.mark.parametrize(
+    "dtype, sampling, tol",
+    [(torch.float32, SamplingConfig(temperature=0.0), 2e-5), (torch.float64, SamplingConfig(temperature=1.0), 1e-6)],
+)
+def test_sampled_dialogues_match_transformers_sdpa_without_prefix_sharing(gqa_model, dtype, sampling, tol):
+    """SEAD's path (one prefix copy read by cascade attention, rows' own caches) against transformers' sdpa
+    attention, where the policy runs every row's whole prompt. Sampled (nucleus) draws are compared in float64:
+    in fp32 the two paths round differently, enough to flip a draw of this near-uniform random model."""
     model, tok = gqa_model
     prefix = tok.encode("You are Alex. Follow the SOP and answer in tags. " * 4, add_special_tokens=False)
     requests = [
         AgentRequest(prefix + tok.encode(f" user says {i} " * (i + 1), add_special_tokens=False), [], 10, seed=i)
         for i in range(3)
     ]
-    outs = [
-        HFPolicy(with_attention(model, impl), tok, SamplingConfig(temperature=1.0, top_p=0.9)).sample(requests)
-        for impl in (NAME, "sdpa")
-    ]
-    for a, b in zip(*outs):
+    ours = HFPolicy(with_attention(model, NAME, dtype), tok, sampling)
+    theirs = HFPolicy(with_attention(model, "sdpa", dtype), tok, sampling)
+    for a, b in zip(ours.sample(requests), theirs.sample(requests)):
         assert a.token_ids == b.token_ids
-        assert a.logprobs == b.logprobs
+        assert a.logprobs == pytest.approx(b.logprobs, abs=tol)
+    assert len(ours._prefix[1]) >= len(prefix) and theirs._prefix is None  # the two paths did differ
 
 
 def test_bf16_decoding_is_no_further_from_fp32_than_sdpa_in_bf16(gqa_model):
@@ -121,3 +127,26 @@ def test_saved_models_do_not_name_the_sead_attention(gqa_model, tmp_path):
     model, _ = gqa_model
     model.save_pretrained(tmp_path)
     assert NAME not in (tmp_path / "config.json").read_text()
+
+
+@pytest.mark.parametrize("q_len", [1, 5])
+def test_a_shared_prefix_kept_apart_gives_the_attention_of_prefix_and_rows_concatenated(q_len):
+    """Cascade attention: the prefix (one copy) and each row's own keys in one softmax, equal to the fused
+    kernel over [prefix | own] with the prefix copied into every row."""
+    g = torch.Generator().manual_seed(2)
+    rows, heads, kv_heads, dim, p, own = 3, 6, 2, 16, 11, 9
+    q = torch.randn((rows, heads, q_len, dim), generator=g)
+    pk, pv = (torch.randn((1, kv_heads, p, dim), generator=g) for _ in range(2))
+    k, v = (torch.randn((rows, kv_heads, own, dim), generator=g) for _ in range(2))
+    mask = torch.rand((rows, 1, q_len, own), generator=g) > 0.4
+    mask[1] = False  # a row whose own keys are all hidden still sees the prefix
+    got = _with_shared_prefix(q, k, v, mask, (pk, pv), None)
+    full_mask = torch.cat([torch.ones((rows, 1, q_len, p), dtype=torch.bool), mask], dim=-1)
+    expected = F.scaled_dot_product_attention(
+        q,
+        torch.cat([pk.expand(rows, -1, -1, -1), k], dim=2),
+        torch.cat([pv.expand(rows, -1, -1, -1), v], dim=2),
+        attn_mask=full_mask,
+        enable_gqa=True,
+    ).transpose(1, 2)
+    assert torch.allclose(got, expected, atol=1e-5)

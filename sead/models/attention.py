@@ -21,10 +21,15 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 NAME = "sead_gqa"
 
 
-def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **_):
+def gqa_attention(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, shared_kv=None, **_
+):
     """(batch, heads, q, dim) query against (batch, kv heads, k, dim) keys/values; the mask is sdpa's boolean
     (batch, 1, q, k), True where a query may attend, or None. Returns (batch, q, heads, dim) as transformers
-    expects."""
+    expects. `shared_kv` (a model-call keyword): per layer, the keys/values (1, kv heads, p, dim) of a prefix
+    every row starts with and every query sees, kept apart from `key`/`value` (the rows' own positions)."""
+    if shared_kv is not None:
+        return _with_shared_prefix(query, key, value, attention_mask, shared_kv[module.layer_idx], scaling), None
     heads, kv_heads = query.shape[1], key.shape[1]
     if query.shape[2] == 1 and query.dtype != torch.float32 and query.device.type == "cpu" and not dropout:
         return _single_query(query, key, value, attention_mask, scaling), None
@@ -51,6 +56,34 @@ def _single_query(query, key, value, mask, scaling):
         scores = scores.masked_fill(~mask.view(b, 1, 1, keys), float("-inf"))
     out = torch.matmul(torch.softmax(scores, dim=-1).to(value.dtype), value)
     return out.view(b, 1, heads, dim)
+
+
+def _with_shared_prefix(query, key, value, mask, prefix, scaling):
+    """Attention over [shared prefix | row's own keys] in one softmax, reading the prefix once for all rows: its
+    scores and weighted values are one matmul per key/value head with every row's queries stacked, instead of a
+    copy of the prefix per row (cascade attention). Scores and normalisation in fp32."""
+    b, heads, q_len, dim = query.shape
+    kv_heads, own = key.shape[1], key.shape[2]
+    pk, pv = prefix[0][0], prefix[1][0]  # (kv heads, p, dim)
+    p = pk.shape[1]
+    rows_q = heads // kv_heads * q_len  # queries per row and key/value head: (head in group, position)
+    scale = scaling if scaling is not None else dim**-0.5
+    q = query.reshape(b, kv_heads, rows_q, dim)
+    stacked = q.transpose(0, 1).reshape(kv_heads, b * rows_q, dim)  # every row's queries, per kv head
+    s_pre = torch.matmul(stacked, pk.transpose(-1, -2)).float().mul_(scale)  # (kv, b * rows_q, p)
+    s_own = torch.matmul(q, key.transpose(-1, -2)).float().mul_(scale)  # (b, kv, rows_q, own)
+    if mask is not None:
+        hidden = ~mask.view(b, 1, 1, q_len, own)
+        s_own = s_own.view(b, kv_heads, -1, q_len, own).masked_fill(hidden, float("-inf")).view_as(s_own)
+    s_pre = s_pre.view(kv_heads, b, rows_q, p).transpose(0, 1)  # (b, kv, rows_q, p), a view
+    top = torch.maximum(s_pre.amax(-1, keepdim=True), s_own.amax(-1, keepdim=True))
+    e_pre, e_own = (s_pre - top).exp_(), (s_own - top).exp_()
+    total = e_pre.sum(-1, keepdim=True) + e_own.sum(-1, keepdim=True)
+    e_stacked = e_pre.transpose(0, 1).reshape(kv_heads, b * rows_q, p).to(pv.dtype)
+    out = torch.matmul(e_stacked, pv).view(kv_heads, b, rows_q, dim).transpose(0, 1).float()
+    out += torch.matmul(e_own.to(value.dtype), value).float()
+    out /= total
+    return out.to(query.dtype).reshape(b, heads, q_len, dim).transpose(1, 2).contiguous()
 
 
 AttentionInterface.register(NAME, gqa_attention)

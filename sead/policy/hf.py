@@ -9,9 +9,10 @@ Two caches spare the model work it has done before (both are dropped when the we
   once and serve every row;
 - each dialogue's own keys/values are kept between its turns (`TurnCache`), so a turn runs only the tokens
   added since the dialogue's previous turn.
-A batch is laid out as [shared prefix | pad | row's cached turns | pad | row's new tokens | tokens to decode] in
-one KV buffer sized for the whole call (`BatchCache`), with a 4-D attention mask over the pads and the positions
-not decoded yet, and position ids that continue each row's own sequence.
+The shared prefix's keys/values have one copy, which SEAD's attention (`sead.models.attention`) reads once per
+step for all rows. Each row's own positions are laid out as [pad | cached turns | pad | new tokens | tokens to
+decode] in one KV buffer sized for the whole call (`BatchCache`), with a 4-D attention mask over the pads and
+the positions not decoded yet, and position ids that continue each row's own sequence.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from sead.dialogue.agent import AgentOutput, AgentRequest, BatchingPolicy
+from sead.models.attention import NAME as ATTENTION
 from sead.policy.sampling import pick_tokens
 from sead.policy.settings import SamplingConfig
 from sead.policy.turn_cache import BatchCache, CachedTurn, TurnCache
@@ -88,31 +90,32 @@ class HFPolicy(BatchingPolicy):
         new = [p[P + c :] for p, c in zip(prompts, cached)]  # what this call runs through the model
         C, S = max(cached), max(len(n) for n in new)
         limits = [r.max_new_tokens for r in requests]
-        total = P + C + S + max(limits)  # every key position this call can reach
+        total = C + S + max(limits)  # every row's own key position this call can reach (after the prefix)
         ids = torch.full((rows, S), pad, dtype=torch.long)
-        attn = torch.zeros((rows, total), dtype=torch.bool)  # which positions are real tokens, so far
-        attn[:, :P] = True
+        attn = torch.zeros((rows, total), dtype=torch.bool)  # which of them are real tokens, so far
         pos = torch.zeros_like(ids)
         for i, (c, own) in enumerate(zip(cached, new)):
-            attn[i, P + C - c : P + C] = True
+            attn[i, C - c : C] = True
             ids[i, S - len(own) :] = torch.tensor(own)
-            attn[i, P + C + S - len(own) : P + C + S] = True
+            attn[i, C + S - len(own) : C + S] = True
             pos[i, S - len(own) :] = torch.arange(P + c, P + c + len(own))
         ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
-        past = self._batch_cache(prefix_kv, hits, cached, C, rows, capacity=total)
+        past = self._batch_cache(hits, cached, C, rows, capacity=total)
+        shared = {"shared_kv": prefix_kv} if prefix_kv else {}  # read by sead_gqa attention, once for all rows
         gens = [torch.Generator().manual_seed(int(r.seed) & 0x7FFFFFFF) for r in requests]
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lp: list[list[float]] = [[] for _ in requests]
         live = list(range(rows))  # rows still sampling
         step = model(
             input_ids=ids,
-            attention_mask=self._mask(prompt_mask(attn, P + C, S)),
+            attention_mask=self._mask(prompt_mask(attn, C, S)),
             position_ids=pos,
             past_key_values=past,
             use_cache=True,
             logits_to_keep=1,
+            **shared,
         )
-        cache, last_pos, col = step.past_key_values, pos[:, -1], P + C + S
+        cache, last_pos, col = step.past_key_values, pos[:, -1], C + S
         nxt = torch.full((rows,), pad, dtype=torch.long)
         for _ in range(max(limits)):
             logits = step.logits[live, -1].float().cpu()
@@ -132,6 +135,7 @@ class HFPolicy(BatchingPolicy):
                 position_ids=last_pos[:, None],
                 past_key_values=cache,
                 use_cache=True,
+                **shared,
             )
             cache = step.past_key_values
         if self.turns.enabled:
@@ -143,8 +147,8 @@ class HFPolicy(BatchingPolicy):
     def _shared_prefix(self, prompts: list[tuple[int, ...]], version) -> tuple[tuple[int, ...], list | None]:
         """The prefix every row shares and its keys/values. The last one computed is kept while every prompt
         still starts with it and the weights are unchanged, so the dialogues' cached turns stay usable."""
-        if not self.share_prefix:
-            return (), None
+        if not self.share_prefix or self.model.config._attn_implementation != ATTENTION:
+            return (), None  # only SEAD's attention reads a prefix kept apart from the rows' caches
         shortest = min(len(p) for p in prompts)
         if self._prefix is not None:
             v, ids, kv = self._prefix
@@ -170,23 +174,21 @@ class HFPolicy(BatchingPolicy):
             ~allowed, torch.finfo(dtype).min
         )
 
-    def _batch_cache(self, prefix_kv, hits, cached, C: int, rows: int, capacity: int) -> BatchCache:
-        """One cache of `capacity` positions for the batch: the shared prefix in every row, then each row's
-        cached turns right-aligned; the rest for this call's new prompt tokens and what it decodes."""
+    def _batch_cache(self, hits, cached, C: int, rows: int, capacity: int) -> BatchCache:
+        """One cache of `capacity` positions per row after the shared prefix (which has one copy, passed to the
+        attention apart): each row's cached turns right-aligned in the first C, the rest for this call's new
+        prompt tokens and what it decodes."""
         cache = BatchCache(capacity)
-        source = prefix_kv or next((h.kv for h in hits if h), None)  # any entry gives the layers' shapes
-        if source is None:
+        if not C:
             return cache
-        P = prefix_kv[0][0].shape[2] if prefix_kv else 0
+        source = next(h.kv for h in hits if h)  # any entry gives the layers' shapes
         for layer, ref in enumerate(source):
             keys_values = []
             for j in (0, 1):  # keys, values
-                full = ref[j].new_zeros((rows, ref[j].shape[1], P + C, ref[j].shape[3]))
-                if prefix_kv:
-                    full[:, :, :P] = prefix_kv[layer][j]
+                full = ref[j].new_zeros((rows, ref[j].shape[1], C, ref[j].shape[3]))
                 for i, (h, c) in enumerate(zip(hits, cached)):
                     if c:
-                        full[i, :, P + C - c :] = h.kv[layer][j][0]
+                        full[i, :, C - c :] = h.kv[layer][j][0]
                 keys_values.append(full)
             cache.update(*keys_values, layer)
         return cache
@@ -194,16 +196,11 @@ class HFPolicy(BatchingPolicy):
     def _keep_turns(self, cache, prompts, prefix, hits, cached, new, out_ids, C: int, S: int) -> None:
         """Store each row's own keys/values: its cached turns, its new tokens and the tokens it sampled (all but
         the last, which was never run through the model)."""
-        P = len(prefix)
         for i, prompt in enumerate(prompts):
             n = len(out_ids[i]) - 1
-            keep = torch.cat(
-                [
-                    torch.arange(P + C - cached[i], P + C),
-                    torch.arange(P + C + S - len(new[i]), P + C + S),
-                    torch.arange(P + C + S, P + C + S + n),
-                ]
-            ).to(cache.layers[0].keys.device)
+            keep = torch.cat([torch.arange(C - cached[i], C), torch.arange(C + S - len(new[i]), C + S + n)]).to(
+                cache.layers[0].keys.device
+            )
             kv = [
                 (layer.keys[i : i + 1].index_select(2, keep), layer.values[i : i + 1].index_select(2, keep))
                 for layer in cache.layers
