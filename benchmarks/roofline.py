@@ -39,6 +39,7 @@ from sead.models.precision import cpu_info
 from sead.policy.hf import HFPolicy, common_prefix_length
 from sead.policy.settings import SamplingConfig
 from sead.progress import progress_bar
+from sead.timing import timed
 from sead.trainer.estimators import Sequence
 from sead.trainer.update import masked_logprobs, shared_prompt_length
 
@@ -50,15 +51,6 @@ USER_LINES = (
 ).split("|")
 CURVES = (("roofline", "roofline", "k--"), ("sead", "SEAD HFPolicy.sample", "o-"), ("generate", "generate()", "s-"))
 REPLY = "<response>Sure, let me help you claim the credit.</response><stage>1</stage><status>0</status>"
-
-
-def timed(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 # -- the machine ---------------------------------------------------------------------------------------------
@@ -193,8 +185,14 @@ def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> d
         ids[i, width - len(p) :], attn[i, width - len(p) :] = torch.tensor(p), 1
 
     def generate() -> int:
+        """transformers as it comes: its own `sdpa` attention, not the one SEAD registers."""
         kw = {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False, "pad_token_id": tok.pad_token_id}
-        return model.generate(input_ids=ids, attention_mask=attn, **kw).numel() - ids.numel()  # min: no early stop
+        own = model.config._attn_implementation
+        model.set_attn_implementation("sdpa")
+        try:
+            return model.generate(input_ids=ids, attention_mask=attn, **kw).numel() - ids.numel()  # min: no stop
+        finally:
+            model.set_attn_implementation(own)
 
     for name, run in (("sead", sead), ("generate", generate)):
         t = split_timing(model, run, new - 1, repeats)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 from transformers import DynamicCache
@@ -26,17 +25,9 @@ from sead.models.loading import ModelConfig, load_model
 from sead.policy.hf import HFPolicy, prompt_mask
 from sead.policy.settings import SamplingConfig
 from sead.policy.turn_cache import BatchCache
+from sead.timing import timed
 from sead.trainer.estimators import Sequence
 from sead.trainer.update import masked_logprobs
-
-
-def timed(fn, repeats):
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def dialogues(model, tok, prompts, args, turn_cache_mb: float) -> None:
