@@ -65,22 +65,21 @@ def _with_shared_prefix(query, key, value, mask, prefix, scaling):
     b, heads, q_len, dim = query.shape
     kv_heads, own = key.shape[1], key.shape[2]
     pk, pv = prefix[0][0], prefix[1][0]  # (kv heads, p, dim)
-    p = pk.shape[1]
     rows_q = heads // kv_heads * q_len  # queries per row and key/value head: (head in group, position)
     scale = scaling if scaling is not None else dim**-0.5
     q = query.reshape(b, kv_heads, rows_q, dim)
-    stacked = q.transpose(0, 1).reshape(kv_heads, b * rows_q, dim)  # every row's queries, per kv head
-    s_pre = torch.matmul(stacked, pk.transpose(-1, -2)).float().mul_(scale)  # (kv, b * rows_q, p)
-    s_own = torch.matmul(q, key.transpose(-1, -2)).float().mul_(scale)  # (b, kv, rows_q, own)
+    # the prefix side stays (kv, rows x queries, p) throughout: the large tensors are never transposed
+    s_pre = torch.matmul(q.transpose(0, 1).reshape(kv_heads, b * rows_q, dim), pk.transpose(-1, -2)).float()
+    s_own = torch.matmul(q, key.transpose(-1, -2)).float()  # (b, kv, rows_q, own)
     if mask is not None:
         hidden = ~mask.view(b, 1, 1, q_len, own)
-        s_own = s_own.view(b, kv_heads, -1, q_len, own).masked_fill(hidden, float("-inf")).view_as(s_own)
-    s_pre = s_pre.view(kv_heads, b, rows_q, p).transpose(0, 1)  # (b, kv, rows_q, p), a view
-    top = torch.maximum(s_pre.amax(-1, keepdim=True), s_own.amax(-1, keepdim=True))
-    e_pre, e_own = (s_pre - top).exp_(), (s_own - top).exp_()
-    total = e_pre.sum(-1, keepdim=True) + e_own.sum(-1, keepdim=True)
-    e_stacked = e_pre.transpose(0, 1).reshape(kv_heads, b * rows_q, p).to(pv.dtype)
-    out = torch.matmul(e_stacked, pv).view(kv_heads, b, rows_q, dim).transpose(0, 1).float()
+        s_own = s_own.view(b, kv_heads, -1, q_len, own).masked_fill_(hidden, float("-inf")).view_as(s_own)
+    top_own = s_own.amax(-1, keepdim=True)
+    top = torch.maximum(s_pre.amax(-1, keepdim=True), top_own.transpose(0, 1).reshape(kv_heads, b * rows_q, 1))
+    e_pre = s_pre.sub_(top).mul_(scale).exp_()  # scaled after the max: the same maximum
+    e_own = s_own.sub_(top.view(kv_heads, b, rows_q, 1).transpose(0, 1)).mul_(scale).exp_()
+    total = e_pre.sum(-1, keepdim=True).view(kv_heads, b, rows_q, 1).transpose(0, 1) + e_own.sum(-1, keepdim=True)
+    out = torch.matmul(e_pre.to(pv.dtype), pv).view(kv_heads, b, rows_q, dim).transpose(0, 1).float()
     out += torch.matmul(e_own.to(value.dtype), value).float()
     out /= total
     return out.to(query.dtype).reshape(b, heads, q_len, dim).transpose(1, 2).contiguous()
