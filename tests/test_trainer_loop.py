@@ -290,3 +290,10 @@ def test_ppo_estimator_runs_the_loop_and_checkpoints_its_value_head(tmp_path):
         load_config([*TINY, "trainer.iterations=2", "trainer.update.estimator=ppo", f"run_dir={run}", "resume=true"])
     )  # the value head comes back with the optimiser
     assert latest_checkpoint(run)[1]["step"] == 4
+
+
+def test_zero_iterations_only_measures_the_model(tmp_path):
+    """What benchmarks/learning_curve.py uses for its before and warm-up-only points: validation, no training."""
+    layout = RunLayout(train(load_config(["preset=tiny", "trainer.iterations=0", f"run_dir={tmp_path / 'run'}"])))
+    assert layout.validated_iterations() == [0]
+    assert not step_lines(layout) and not list(layout.checkpoints_dir.glob("step_*"))

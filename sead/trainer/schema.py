@@ -78,7 +78,7 @@ class LoggingConfig:
 
 @dataclass
 class TrainerConfig:
-    iterations: int = number(5, ge=1)
+    iterations: int = number(5, ge=0)  # 0: measure the model only (validation before training; learning_curve.py)
     steps_per_iteration: int = number(10, ge=1)
     profiles_per_step: int = number(60, ge=1)
     rollouts_per_profile: int = number(8, ge=1)  # GRPO group size n
