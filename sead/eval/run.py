@@ -118,7 +118,7 @@ def evaluate(
     runner: RunnerConfig,
 ) -> tuple[Path, list[Episode], dict]:
     """(output folder, episodes in test-set order, run info)."""
-    runner = replace(runner, max_new_tokens=ec.max_new_tokens)
+    runner = replace(runner, max_new_tokens=ec.max_new_tokens, max_turns=ec.max_turns or runner.max_turns)
     out = Path(ec.out_dir) / spec.name
     settings = frozen_settings(ec, spec, agent, user, testset, runner, scenario)
     done = prepare_folder(out, settings, ec.fresh)

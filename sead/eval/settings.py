@@ -20,6 +20,7 @@ class EvalConfig:
     # The original evaluation's decoding, frozen into every results.json.
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.7, top_p=0.9, top_k=0))
     max_new_tokens: int = number(512, ge=1)
+    max_turns: int | None = number(None, ge=1)  # None: dialogue.max_turns (training's limit)
     max_batch: int = number(32, ge=1)
     backend: str = one_of("transformers", "vllm")  # local models: transformers (CPU/GPU) | vllm (offline, GPU)
     device: str = "auto"  # transformers backend: auto | cpu | cuda
