@@ -10,6 +10,7 @@ from sead.cli.main import main
 from sead.dialogue.episode import Episode, Turn
 from sead.eval.results import cr_by_state, pass_hat
 from sead.eval.testset import content_hash, load_testset, make_testset
+from sead.models.precision import compute_dtype
 from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile, write_profiles
 
@@ -64,6 +65,8 @@ def test_same_seed_same_results_with_the_tiny_model(tmp_path, tiny_model_dir):
     )
     frozen = one["settings"]
     assert frozen["agent"]["sampling"] == {"temperature": 0.7, "top_p": 0.9, "top_k": 0}
+    # a local model runs in the precision this machine takes (model.dtype=auto), and the results say which
+    assert frozen["agent"]["dtype"] == compute_dtype("auto", "cpu")
     assert frozen["dialogue"]["max_new_tokens"] == 12 and frozen["testset"]["evaluated"] == 6
     assert one["versions"]["torch"] and one["agent_params"] > 0
 

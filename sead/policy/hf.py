@@ -71,7 +71,8 @@ class HFPolicy(BatchingPolicy):
         self.generated_tokens = 0
 
     def identity(self) -> dict:
-        return {"name": self.name, "model": self.label, "sampling": vars(self.sampling)}
+        dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")  # machines choose it (model.dtype)
+        return {"name": self.name, "model": self.label, "dtype": dtype, "sampling": vars(self.sampling)}
 
     @torch.no_grad()
     def sample(self, requests: list[AgentRequest]) -> list[AgentOutput]:
