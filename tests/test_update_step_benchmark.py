@@ -17,4 +17,4 @@ def test_the_update_with_and_without_the_old_log_prob_pass_ends_at_the_same_weig
     result = json.loads(out.read_text())
     assert set(result["seconds"]) == {"old_pass", "skipped"} and all(s > 0 for s in result["seconds"].values())
     assert result["max_weight_change"] > 1e-7 and result["max_weight_difference"] < 1e-6
-    assert result["precision"]["master"] == "float32" and result["cpu"]["model"]
+    assert result["precision"]["master"] == "float32" and result["precision"]["cpu"]["model"]

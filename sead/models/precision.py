@@ -61,12 +61,13 @@ def compute_dtype(requested: str, device: str) -> str:
 
 @dataclass(frozen=True)
 class Precision:
-    """compute: what forwards run in (rollouts, and training matmuls under autocast); master: the trained weights."""
+    """compute: what forwards run in (rollouts, and training matmuls under autocast); the trained weights are
+    always fp32 (`master`)."""
 
     compute: str
-    master: str
     requested: str
     device: str
+    master = "float32"
 
     @classmethod
     def for_training(cls, requested: str, device: str) -> Precision:
@@ -77,7 +78,7 @@ class Precision:
                 "(float16 is fine for evaluation)",
                 field="model.dtype",
             )
-        return cls(compute, "float32", requested, device)
+        return cls(compute, requested, device)
 
     @property
     def mixed(self) -> bool:
