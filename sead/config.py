@@ -267,14 +267,16 @@ def build_controller(cfg: DictConfig, scenario):
 def reward_weights(cfg: DictConfig):
     weights = group_config(cfg, "reward")
     simulator = (cfg.get("usersim") or {}).get("name", "scripted")
-    if weights.stage_progress and simulator != "scripted":
-        # Progress is what the user acknowledged, and only the scripted user reports that (see sead/reward.py).
-        logging.getLogger(__name__).warning(
-            "reward.stage_progress=%s has no effect with the %s simulator: it reports no acknowledged SOP stages, "
-            "so the term is 0",
-            weights.stage_progress,
-            simulator,
-        )
+    for term in ("stage_progress", "concerns_answered"):
+        if getattr(weights, term) and simulator != "scripted":
+            # Measured on the user's side, and only the scripted user reports it (see sead/reward.py).
+            logging.getLogger(__name__).warning(
+                "reward.%s=%s has no effect with the %s simulator: it reports no acknowledged SOP stages or "
+                "answered concerns, so the term is 0",
+                term,
+                getattr(weights, term),
+                simulator,
+            )
     return weights
 
 

@@ -12,6 +12,11 @@ Per-dialogue values (None = the metric does not apply to that dialogue):
       |agent prediction - user's next report| / dimension range). Pairs with a missing value are skipped;
       a turn with no readable pair does not count.
 - EI / TI / CI: last minus first user-reported emotion / trust / cooperation (needs two reports).
+- ACK stages acknowledged: how many SOP stages the user acknowledged, in order (0 when none landed).
+- CAR concern-answer rate: of the concerns the user voiced, the share it took as answered (None when it voiced
+      none). ACK and CAR are measured on the user's side, from what the simulator reports each turn; only the
+      scripted user reports it, so with any other simulator both are None for every dialogue (unless no user
+      turn happened at all: then nothing was acknowledged, ACK 0).
 Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n (for a rate, `wilson_interval` gives the
 score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that
 ended by a simulator error are counted apart and excluded from every metric: they say nothing about the agent.
@@ -40,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sead.dialogue.episode import Episode
+from sead.dialogue.episode import USER_REPORTS, Episode
 from sead.scenario.profile_space import ProfileSpace
 from sead.usersim.rules import Reading, Rules, content_words, normalise, voiced_kinds
 from sead.usersim.rules_file import scenario_rules
@@ -66,6 +71,31 @@ def stage_complete(ep: Episode) -> float:
         return 0.0
     last = stages[-1]
     return 1.0 if set(range(last)) <= set(stages[:-1]) else 0.0
+
+
+def user_reports(ep: Episode) -> list[dict]:
+    """What the simulator reported after each user turn: the stage done and the open concern (scripted user;
+    a cached reply reports nothing and is left out)."""
+    return [r for r in ep.meta.get(USER_REPORTS, []) if "stage_done" in r]
+
+
+def stages_acknowledged(ep: Episode) -> int:
+    """SOP stages the user acknowledged: stages land in order, so 1 + the last one it reported done."""
+    done = [r["stage_done"] for r in user_reports(ep) if r["stage_done"] is not None]
+    return max(done) + 1 if done else 0
+
+
+def concerns_answered(ep: Episode) -> float | None:
+    """Share of the concerns the user voiced that it then took as answered (an open concern closes only so;
+    one still open when the dialogue ends was not)."""
+    voiced = answered = 0
+    open_concern = None
+    for report in user_reports(ep):
+        now = report.get("active_concern")
+        answered += open_concern is not None and now != open_concern
+        voiced += now is not None and now != open_concern
+        open_concern = now
+    return answered / voiced if voiced else None
 
 
 def turns_if_success(ep: Episode) -> float | None:
@@ -232,6 +262,11 @@ def compute_metrics(
         "ADT": [turns(e) for e in valid],
         "UPA": [portrait_accuracy(e, space) for e in valid],
     }
+    # The user's own account, where its simulator gives one. A user that never heard the agent acknowledged
+    # nothing, whatever the simulator: a set of such dialogues (a base model that never writes a <response>) is 0.
+    reporting = any(user_reports(e) for e in valid) or not any(e.user_turns for e in valid)
+    per_dialogue["ACK"] = [float(stages_acknowledged(e)) if reporting else None for e in valid]
+    per_dialogue["CAR"] = [concerns_answered(e) if reporting else None for e in valid]
     names = {d.name for d in space.dimensions}
     for metric, dim in STATE_CHANGE_METRICS.items():
         if dim in names:

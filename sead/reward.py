@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sead.config import number
-from sead.dialogue.episode import USER_REPORTS, Episode
-from sead.metrics import completion, false_positive, portrait_accuracy
+from sead.dialogue.episode import Episode
+from sead.metrics import completion, concerns_answered, false_positive, portrait_accuracy, stages_acknowledged
 from sead.scenario.profile_space import ProfileSpace
 
 
@@ -22,6 +22,7 @@ class RewardWeights:
     completion: float = number(1.0, ge=0)
     format: float = number(0.0, ge=0)  # fraction of agent turns whose tags all parsed
     stage_progress: float = number(0.0, ge=0)  # fraction of SOP stages the user acknowledged (scripted user only)
+    concerns_answered: float = number(0.0, ge=0)  # share of its voiced concerns the user took as answered (idem)
     portrait_accuracy: float = number(0.0, ge=0)
     agent_hangup: float = number(0.0, ge=0)  # the component is -1 when the agent ends the call without success
     turn_efficiency: float = number(0.0, ge=0)  # successful dialogues only: 1 - turns / max_turns
@@ -34,11 +35,9 @@ class Reward:
 
 
 def stage_progress(ep: Episode, num_stages: int) -> float:
-    """Share of SOP stages the user acknowledged: 1 + the last stage the simulator reported as done (`stage_done`,
-    stages land in order), over the number of stages. Only the scripted simulator reports it; with any other the
-    term is 0, as it is for a dialogue in which no stage landed."""
-    done = [r["stage_done"] for r in ep.meta.get(USER_REPORTS, []) if r.get("stage_done") is not None]
-    return (max(done) + 1) / num_stages if done else 0.0
+    """Share of SOP stages the user acknowledged (`sead.metrics.stages_acknowledged`). Only the scripted
+    simulator reports them; with any other the term is 0, as it is for a dialogue in which no stage landed."""
+    return stages_acknowledged(ep) / num_stages
 
 
 def compute_reward(
@@ -52,6 +51,7 @@ def compute_reward(
         "completion": completion(ep),
         "format": sum(not a.problems for a in agent) / len(agent) if agent else 0.0,
         "stage_progress": stage_progress(ep, num_stages),
+        "concerns_answered": concerns_answered(ep) or 0.0,  # no concern voiced: nothing was answered
         "portrait_accuracy": portrait_accuracy(ep, space) or 0.0,
         "agent_hangup": -(false_positive(ep) or 0.0),
         "turn_efficiency": max(0.0, 1.0 - ep.num_turns / max_turns) if ep.success else 0.0,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scenario_named, seeded_profiles
 
-from sead.metrics import HackMonitor
+from sead.metrics import HackMonitor, concerns_answered, stages_acknowledged
 from sead.policy.adversarial import (
     ADVERSARIAL_AGENTS,
     BlindReferenceAgent,
@@ -222,3 +222,20 @@ def test_stage_reward_follows_the_user_not_the_tags(env):
     assert np.mean([stage_progress(ep, n) for ep in env.episodes("reference")]) > 0.5
     for name in ("salad", "salad_rotating", "salad_split"):
         assert np.mean([stage_progress(ep, n) for ep in env.episodes(name)]) == 0.0, name
+
+
+def test_user_side_measures_follow_the_user(env):
+    """ACK (stages the user acknowledged) and CAR (concerns it took as answered) come from the user's reports: the
+    reference agent's every success acknowledged all stages with every concern answered; adversaries trail far
+    behind on both."""
+    stages = len(env.scenario.stages)
+    reference = env.episodes("reference")
+    for ep in (e for e in reference if e.success):
+        assert stages_acknowledged(ep) == stages and concerns_answered(ep) in (None, 1.0)
+    ref_ack = np.mean([stages_acknowledged(e) for e in reference])
+    assert np.mean([c for e in reference if (c := concerns_answered(e)) is not None]) >= 0.95
+    for name in ADVERSARIAL_AGENTS:
+        eps = env.episodes(name)
+        assert np.mean([stages_acknowledged(e) for e in eps]) <= ref_ack - 1.5, name
+        answered = [c for e in eps if (c := concerns_answered(e)) is not None]
+        assert not answered or np.mean(answered) <= 0.3, name

@@ -8,9 +8,19 @@ import pytest
 from dialogue_fixtures import SPACE, agent, user
 
 from sead.dialogue.chat_tokens import TokenSegment
-from sead.dialogue.episode import Episode, Turn
+from sead.dialogue.episode import USER_REPORTS, Episode, Turn
 from sead.eval.results import build_results
-from sead.metrics import HackMonitor, compute_metrics, cost, pass_hat_k, summarise, token_totals, wilson_interval
+from sead.metrics import (
+    HackMonitor,
+    compute_metrics,
+    concerns_answered,
+    cost,
+    pass_hat_k,
+    stages_acknowledged,
+    summarise,
+    token_totals,
+    wilson_interval,
+)
 from sead.scenario.profiles import Profile
 from sead.usersim.rules_file import scenario_rules
 
@@ -308,3 +318,42 @@ def test_hack_monitors_in_metrics_and_results_without_simulator_errors(restauran
     assert json.loads(json.dumps(results))["hack_monitors"] == monitor(eps[:1])
     assert HackMonitor.for_scenario(dataclasses.replace(restaurant, rules_path=None)) is None
     assert monitor([broken])["flagged"] == [] and monitor([broken])["words_per_reply"] is None
+
+
+def _reported(*reports, success=False):
+    """An episode whose user turns reported `reports` (the scripted user's stage_done / active_concern)."""
+    turns = [
+        Turn(agent(2, 1, 2, 0), user(2, 1, 2, status=1 if success and i == len(reports) - 1 else 0))
+        for i in range(len(reports))
+    ]
+    return Episode(PROFILE, turns, "user_success" if success else "turn_limit", meta={USER_REPORTS: list(reports)})
+
+
+def test_user_side_measures_by_hand():
+    # stage 0 lands and "scam" is voiced; two rounds open, then answered; a cached reply ({}) reports nothing;
+    # stage 1 lands and "fees" is voiced, still open at the end: ACK 2, CAR 1 of 2 voiced
+    ep = _reported(
+        {"stage_done": -1, "active_concern": None},
+        {"stage_done": 0, "active_concern": "scam"},
+        {"stage_done": 0, "active_concern": "scam"},
+        {"stage_done": 0, "active_concern": None},
+        {},
+        {"stage_done": 1, "active_concern": "fees"},
+    )
+    assert stages_acknowledged(ep) == 2 and concerns_answered(ep) == 0.5
+    # nothing voiced: CAR does not apply; no user turn at all: nothing acknowledged
+    quiet = _reported({"stage_done": 0, "active_concern": None}, {"stage_done": 2, "active_concern": None})
+    assert (stages_acknowledged(quiet), concerns_answered(quiet)) == (3, None)
+    silent = _reported()
+    m = compute_metrics([ep, quiet, silent], SPACE)["metrics"]
+    assert m["ACK"]["mean"] == pytest.approx((2 + 3 + 0) / 3) and m["ACK"]["n"] == 3
+    assert m["CAR"]["mean"] == 0.5 and m["CAR"]["n"] == 1
+
+
+def test_user_side_measures_absent_without_a_reporting_simulator():
+    # an LLM simulator reports no stages: neither measure applies to any dialogue, even one the user never answered
+    m = compute_metrics([_reported({"tokens": 3}, {"tokens": 4}), _reported()], SPACE)["metrics"]
+    assert m["ACK"]["n"] == 0 and m["CAR"]["n"] == 0
+    # but a user that never heard the agent (a base model that writes no <response>) acknowledged nothing
+    m = compute_metrics([_reported(), _reported()], SPACE)["metrics"]
+    assert (m["ACK"]["mean"], m["ACK"]["n"], m["CAR"]["n"]) == (0.0, 2, 0)

@@ -8,7 +8,15 @@ from sead.reward import Reward, RewardWeights, compute_reward, stage_progress
 from sead.scenario.profiles import Profile
 
 PROFILE = Profile.make({"cooperation": 1, "emotion": 2, "trust": 3}, [])
-COMPONENTS = {"completion", "format", "stage_progress", "portrait_accuracy", "agent_hangup", "turn_efficiency"}
+COMPONENTS = {
+    "completion",
+    "format",
+    "stage_progress",
+    "concerns_answered",
+    "portrait_accuracy",
+    "agent_hangup",
+    "turn_efficiency",
+}
 MAX_TURNS = 10
 
 
@@ -69,14 +77,7 @@ def test_fixture_parsed_as_intended():
 
 def test_default_weights_give_exactly_completion():
     w = RewardWeights()
-    assert (w.completion, w.format, w.stage_progress, w.portrait_accuracy, w.agent_hangup, w.turn_efficiency) == (
-        1.0,
-        0.0,
-        0.0,
-        0.0,
-        0.0,
-        0.0,
-    )
+    assert vars(w) == {name: 1.0 if name == "completion" else 0.0 for name in COMPONENTS}
     r_ok, r_bad = reward(success_ep()), reward(hangup_ep())
     assert isinstance(r_ok, Reward)
     assert r_ok.total == 1.0 and r_bad.total == 0.0  # other components are non-zero but weigh nothing
@@ -91,6 +92,7 @@ def test_components_always_all_present_by_hand():
             "completion": 1.0,
             "format": 2 / 3,
             "stage_progress": 0.5,
+            "concerns_answered": 0.0,
             "portrait_accuracy": 493 / 540,
             "agent_hangup": 0.0,
             "turn_efficiency": 0.7,
@@ -102,6 +104,7 @@ def test_components_always_all_present_by_hand():
             "completion": 0.0,
             "format": 1.0,
             "stage_progress": 0.5,
+            "concerns_answered": 0.0,
             "portrait_accuracy": 11 / 12,
             "agent_hangup": -1.0,
             "turn_efficiency": 0.0,
@@ -218,3 +221,20 @@ def test_stage_progress_with_a_simulator_that_reports_no_stages_is_called_out(ca
     assert "no effect" not in caplog.text  # the scripted user reports stages
     reward_weights(load_config(["reward.stage_progress=0.5", "usersim=openai", "usersim.base_urls=[http://x/v1]"]))
     assert "reward.stage_progress=0.5 has no effect with the openai simulator" in caplog.text
+
+
+def test_concerns_answered_term_counts_what_the_user_took_as_answered():
+    # stage 0 lands with a concern voiced; it stays open a round, then is answered; stage 1 lands with a second one,
+    # still open at the end: 1 of 2 voiced concerns answered
+    reports = [
+        {"stage_done": 0, "active_concern": "scam"},
+        {"stage_done": 0, "active_concern": "scam"},
+        {"stage_done": 0, "active_concern": None},
+        {"stage_done": 1, "active_concern": "fees"},
+    ]
+    turns = [Turn(agent(1, 1, 1, 0), user(1, 1, 1)) for _ in reports]
+    ep = Episode(PROFILE, turns, "turn_limit", meta={USER_REPORTS: reports})
+    assert reward(ep, **only("concerns_answered", 2.0)).total == pytest.approx(2.0 * 1 / 2)
+    # no concern voiced (or no simulator that reports them): nothing answered
+    for meta in ({USER_REPORTS: acknowledged(0, 1)}, {}):
+        assert reward(Episode(PROFILE, turns[:2], "turn_limit", meta=meta), **only("concerns_answered")).total == 0.0

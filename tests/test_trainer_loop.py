@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from rich.console import Console
 
 from sead.config import load_config
 from sead.errors import SEADInputError
 from sead.run.checkpoints import latest_checkpoint
 from sead.run.layout import CheckpointFolder, RunLayout
+from sead.run.validation_table import validation_table
 from sead.trainer.budget import TrainingBudget
 from sead.trainer.loop import train
 
@@ -217,10 +219,29 @@ def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path)
                 "trainer.warmup.dialogues=8",
                 "trainer.warmup.epochs=3",
                 "trainer.warmup.lr=0.01",
+                "trainer.validation.before_warmup=true",
             ]
         )
     )
-    warm = RunLayout(run).warmup
+    layout = RunLayout(run)
+    # the base model is measured before the warm-up, on the same profiles, beside (not among) the iterations
+    assert layout.validation_metrics("base").exists() and layout.validated_iterations() == [0, 1]
+    base, warmed = (
+        [json.loads(l) for l in layout.validation_dialogues(k).read_text().splitlines()] for k in ("base", 0)
+    )
+    assert [d["profile"] for d in base] == [d["profile"] for d in warmed]
+    assert [d["segments"] for d in base] != [d["segments"] for d in warmed]  # what imitation changed
+    logged = [json.loads(l) for l in layout.metrics.read_text().splitlines() if '"validation"' in l]
+    assert len(logged) == 2  # iterations 0 and 1: the base model is no point of this run's curve
+    table = Console(record=True, width=200)
+    table.print(validation_table(layout))
+    rows = table.export_text().splitlines()
+    assert [r.split("│")[1].strip() for r in rows if "│" in r] == [
+        "base model (before warm-up)",
+        "iteration 0",
+        "iteration 1",
+    ]
+    warm = layout.warmup
     summary = json.loads(warm.summary.read_text())
     assert summary["imitated"] > 0 and summary["reference_CR"] > 0
     assert summary["nll_last"] < summary["nll_first"]

@@ -1,5 +1,6 @@
 """The comparison table of several evaluated models, in the layout of the original paper's main table
-(Method, Params, CR %, ATT, UPA, EI, TI, CI, Cost), plus the CR's 95% CI and the FPR/SCR/ADT columns."""
+(Method, Params, CR %, ATT, UPA, EI, TI, CI, Cost), plus the CR's 95% CI, the user-side ACK and CAR (stages the
+user acknowledged, concerns it took as answered; scripted user) and the FPR/SCR/ADT columns."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ HEADERS = [
     "Params",
     "CR %",
     "CR 95% CI",
+    "ACK",
+    "CAR %",
     "ATT ↓",
     "UPA",
     "EI",
@@ -55,6 +58,8 @@ def comparison_rows(named_results: Sequence[tuple[str, dict]]) -> list[list[str]
                 _params(r.get("agent_params")),
                 _percent(m["CR"]),
                 "n/a" if lo is None else f"{100 * lo:.1f}–{100 * hi:.1f}",
+                _mean_std(m.get("ACK", {})),  # results written before these measures existed lack them
+                _percent(m.get("CAR", {})),
                 _mean_std(m["ATT"], 1),
                 _mean_std(m["UPA"], 3),
                 _mean_std(m.get("EI", {})),

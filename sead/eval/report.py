@@ -15,7 +15,7 @@ from sead.dialogue import Episode
 from sead.eval.plots import cr_by_value_plot, cr_heatmap, data_uri, heatmap_pairs, outcome_plot
 from sead.scenario import ProfileSpace
 
-SUMMARY_METRICS = ("CR", "FPR", "SCR", "ATT", "ADT", "UPA", "EI", "TI", "CI")
+SUMMARY_METRICS = ("CR", "ACK", "CAR", "FPR", "SCR", "ATT", "ADT", "UPA", "EI", "TI", "CI")
 _env = Environment(loader=PackageLoader("sead.eval", "templates"), autoescape=select_autoescape(["j2", "html"]))
 
 

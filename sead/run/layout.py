@@ -9,6 +9,7 @@ here and nowhere else:
   machine.json                  CPU, flags, torch, threads and the precision chosen, one record per start (embedded)
   rollouts/step_NNNNNN.jsonl    every training dialogue (profile, transcript, statuses, reward, token ids + mask)
   validation/iter_NNN.json(l)   validation dialogues (.jsonl) and their metrics (.json); 0 = before training
+  validation/base.json(l)       the same for the base model, before a warm-up (trainer.validation.before_warmup)
   controller/                   update reports (JSON + heat map); state_iter_NNN.json after each iteration
   metrics.jsonl, tensorboard/   per-step numbers, one strict-JSON line per record
   checkpoints/step_NNNNNN/      model/ (HF, safetensors; LoRA merged), adapter/ (LoRA), optimizer.pt (with PPO's
@@ -25,6 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PARTIAL = ".partial"  # suffix of a checkpoint folder still being written
+BASE_MODEL = "base"  # the validation of the model before any warm-up, beside the iterations'
+
+
+def _validation_stem(iteration: int | str) -> str:
+    if iteration == BASE_MODEL:
+        return BASE_MODEL
+    if isinstance(iteration, int):
+        return f"iter_{iteration:03d}"
+    raise ValueError(f"a validation is an iteration number or {BASE_MODEL!r}, not {iteration!r}")
 
 
 class Entry:
@@ -92,11 +102,12 @@ class RunLayout:
     def rollout_files(self) -> list[Path]:
         return sorted(self.rollouts_dir.glob("step_*.jsonl"))
 
-    def validation_dialogues(self, iteration: int) -> Path:
-        return self.validation_dir / f"iter_{iteration:03d}.jsonl"
+    def validation_dialogues(self, iteration: int | str) -> Path:
+        return self.validation_dir / f"{_validation_stem(iteration)}.jsonl"
 
-    def validation_metrics(self, iteration: int) -> Path:
-        return self.validation_dir / f"iter_{iteration:03d}.json"
+    def validation_metrics(self, iteration: int | str) -> Path:
+        """An iteration's validation metrics, or BASE_MODEL's (the model before a warm-up)."""
+        return self.validation_dir / f"{_validation_stem(iteration)}.json"
 
     def validated_iterations(self) -> list[int]:
         """The iterations whose validation metrics are on disk, in order."""

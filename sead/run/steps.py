@@ -33,6 +33,8 @@ class StepRecord:
     gen_tokens_per_s: float | None = None
     time: dict[str, float] | None = None  # seconds per phase
     hack_monitors: dict | None = None  # sead.metrics.HackMonitor on this step's dialogues (scenarios with rules)
+    ACK: float | None = None  # user-side measures (sead.metrics), where the simulator reports them
+    CAR: float | None = None
     plausibility: dict | None = None  # {checked, swapped, failed} of the pass over the step's profiles, where on
     response_cache: dict | None = None  # {hits, misses, entries} of the user-response cache, where on
 
@@ -51,6 +53,8 @@ class StepRecord:
             "gen_tokens_per_s": self.gen_tokens_per_s,
             "time": self.time,
             "hack_monitors": self.hack_monitors,
+            "ACK": self.ACK,
+            "CAR": self.CAR,
             "plausibility": self.plausibility,
             "response_cache": self.response_cache,
         }
@@ -90,6 +94,8 @@ def finish_step(
         dialogues=len(episodes),
         controller_marginals={d: {str(v): p for v, p in mm.items()} for d, mm in controller.marginals().items()},
         hack_monitors=result.get("hack_monitors"),
+        ACK=m["ACK"]["mean"],
+        CAR=m["CAR"]["mean"],
     )
     report = controller.end_step()
     if report is not None:

@@ -23,13 +23,14 @@ from sead.models.precision import Precision, RolloutWeights
 from sead.policy.hf import HFPolicy
 from sead.progress import progress_bar
 from sead.run.fixed_profiles import fixed_profiles
-from sead.run.layout import CheckpointFolder, RunLayout
+from sead.run.layout import BASE_MODEL, CheckpointFolder, RunLayout
 from sead.run.lock import run_dir_lock
 from sead.run.machine import record_machine
 from sead.run.metrics_log import MetricsLogger
 from sead.run.scoring import EpisodeScorer
 from sead.run.start import start_or_resume
 from sead.run.steps import StepRecord, finish_step, write_controller_state, write_validation_metrics
+from sead.run.validation_table import user_side, validation_table, with_ci
 from sead.scenario.profiles import Profile
 from sead.trainer import lora
 from sead.trainer.budget import TrainingBudget
@@ -181,7 +182,9 @@ class Trainer:
         )
         self.budget.add_warmup(summary["minutes"])  # a reused warm-up counts as it did in its run
 
-    async def validate(self, iteration: int, progress) -> dict:
+    async def validate(self, iteration: int | str, progress) -> dict:
+        """Greedy dialogues with the fixed validation profiles: after `iteration`, or of the base model before the
+        warm-up (BASE_MODEL)."""
         t0 = time.perf_counter()
         vc = self.tc.validation
         jobs = [
@@ -189,8 +192,9 @@ class Trainer:
             for i, p in enumerate(self.val_profiles)
             for trial in range(vc.trials)
         ]
+        name = "base model (before warm-up)" if iteration == BASE_MODEL else iteration
         eps = await self._play(
-            jobs, self.val_policy, self.layout.validation_dialogues(iteration), progress, f"validation {iteration}"
+            jobs, self.val_policy, self.layout.validation_dialogues(iteration), progress, f"validation {name}"
         )
         # Where on the training curve this point lies (benchmarks/learning_curve.py plots CR against both).
         m = write_validation_metrics(
@@ -202,13 +206,15 @@ class Trainer:
             step=self.step,
             train_minutes=self.budget.train_seconds / 60,
         )
-        cr = m["metrics"]["CR"]
         console.print(
-            f"[bold]validation {iteration}[/]: CR {_fmt(cr['mean'])} (95% CI {_fmt(cr['ci95'][0])}-"
-            f"{_fmt(cr['ci95'][1])}, n={cr['n']}), UPA {_fmt(m['metrics']['UPA']['mean'])}, "
-            f"turns {_fmt(m['metrics']['ADT']['mean'])}  [{time.perf_counter() - t0:.0f}s]"
+            f"[bold]validation {name}[/]: "
+            + ", ".join(f"{n} {with_ci(m, n)}" for n in ("CR", *user_side(m)))
+            + f" (n={m['counts']['evaluated']}), "
+            f"UPA {_fmt(m['metrics']['UPA']['mean'])}, turns {_fmt(m['metrics']['ADT']['mean'])}  "
+            f"[{time.perf_counter() - t0:.0f}s]"
         )
-        self.logger.log(self.step, {"validation": {k: v["mean"] for k, v in m["metrics"].items()}})
+        if iteration != BASE_MODEL:  # the base model's numbers are not a point of this run's training curve
+            self.logger.log(self.step, {"validation": {k: v["mean"] for k, v in m["metrics"].items()}})
         return m
 
     async def train_step(self, progress) -> StepRecord:
@@ -267,6 +273,8 @@ class Trainer:
             budget = "" if tc.max_minutes is None else f" (stops after {tc.max_minutes:g} min of training)"
             overall = progress.add_task(f"[bold]training steps{budget}", total=total, completed=self.step)
             if self.step == 0 and (tc.warmup.dialogues > 0 or tc.warmup.reuse):
+                if tc.validation.before_warmup and not self.layout.validation_metrics(BASE_MODEL).exists():
+                    await self.validate(BASE_MODEL, progress)
                 await self._warm_up(progress)
             if self.step == 0 and tc.validation.at_start:
                 await self.validate(0, progress)
@@ -298,6 +306,7 @@ class Trainer:
                 # resumes) already did
                 if not _validated_at(self.layout, it, self.step):
                     await self.validate(it, progress)
+        console.print(validation_table(self.layout))
 
 
 def _validated_at(layout: RunLayout, iteration: int, step: int) -> bool:
@@ -317,7 +326,9 @@ def _summary(step: int, total: int, r: StepRecord) -> str:
         else f"kl {u['kl']:.4f}  entropy {u['entropy']:.3f}  clip {u['clip_frac']:.3f}  grad {u['grad_norm']:.3f}"
     )
     return (
-        f"step {step}/{total}  reward {r.reward:.3f}  CR {_fmt(r.CR)}  turns {_fmt(r.turns)}  "
+        f"step {step}/{total}  reward {r.reward:.3f}  CR {_fmt(r.CR)}  "
+        + (f"ACK {_fmt(r.ACK)}  " if r.ACK is not None else "")
+        + f"turns {_fmt(r.turns)}  "
         f"{update}  gen {r.gen_tokens_per_s:.1f} tok/s  "
         f"rollout {t['rollout_s']:.0f}s update {t['update_s']:.0f}s"
         + (f"  | controller: {r.controller_update}" if r.controller_update else "")

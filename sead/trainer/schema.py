@@ -66,6 +66,7 @@ class ValidationConfig:
     trials: int = number(1, ge=1)
     seed: int = number(4242, ge=0)
     at_start: bool = True  # also validate before the first RL step (after any warm-up), not only after iterations
+    before_warmup: bool = False  # also validate the base model before a warm-up: where imitation started from
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0, top_p=1.0))
 
 
