@@ -18,9 +18,9 @@ from sead.config import load_config
 from sead.errors import SEADInputError
 from sead.run.checkpoints import latest_checkpoint
 from sead.run.layout import CheckpointFolder, RunLayout
-from sead.run.validation_table import validation_table
+from sead.run.validation_table import changes, validation_table
 from sead.trainer.budget import TrainingBudget
-from sead.trainer.loop import train
+from sead.trainer.loop import groups_with_gradient, train
 
 # Entropy bonus on: the random tiny model never succeeds, so without it the update would be a no-op and
 # resume-exactness of the optimiser and weights would go untested.
@@ -236,10 +236,12 @@ def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path)
     table = Console(record=True, width=200)
     table.print(validation_table(layout))
     rows = table.export_text().splitlines()
-    assert [r.split("│")[1].strip() for r in rows if "│" in r] == [
-        "base model (before warm-up)",
-        "iteration 0",
-        "iteration 1",
+    assert [c for r in rows if "│" in r and (c := r.split("│")[1].strip())] == ["base", "iteration 0", "iteration 1"]
+    # the end-of-run lines say what imitation and RL each moved; the tiny model completes nothing at any point
+    # (its users never hear a <response>, so none acknowledges a stage: ACK 0, not n/a)
+    assert changes(layout) == [
+        f"{phase}: CR 0.000 -> 0.000 (CIs overlap), ACK 0.000 -> 0.000 (CIs overlap)"
+        for phase in ("warm-up (imitation)", "RL (2 steps)")
     ]
     warm = layout.warmup
     summary = json.loads(warm.summary.read_text())
@@ -318,3 +320,45 @@ def test_zero_iterations_only_measures_the_model(tmp_path):
     layout = RunLayout(train(load_config(["preset=tiny", "trainer.iterations=0", f"run_dir={tmp_path / 'run'}"])))
     assert layout.validated_iterations() == [0]
     assert not step_lines(layout) and not list(layout.checkpoints_dir.glob("step_*"))
+
+
+def test_dynamic_sampling_refills_a_step_whose_groups_carry_no_gradient(tmp_path):
+    """The random tiny model never succeeds: every group is flat, so each step plays its refill rounds with new
+    profiles and seeds, logs them all in the step's file, and the controller sees every dialogue."""
+    layout = RunLayout(
+        train(
+            load_config(
+                [
+                    *TINY,
+                    "trainer.iterations=1",
+                    "trainer.update.dynamic_sampling=true",
+                    "trainer.update.refill_rounds=2",
+                    f"run_dir={tmp_path / 'run'}",
+                ]
+            )
+        )
+    )
+    cfg = load_config(["preset=tiny"]).trainer
+    per_round = cfg.profiles_per_step * cfg.rollouts_per_profile
+    for line in step_lines(layout):
+        assert line["refill_rounds"] == 2 and line["groups"] == line["groups_dropped"] == 3 * cfg.profiles_per_step
+        assert "skipped" in line
+        rollouts = [json.loads(l) for l in layout.rollouts(line["step"]).read_text().splitlines()]
+        assert len(rollouts) == 3 * per_round
+        assert (
+            len({r["meta"]["seed"] for r in rollouts})
+            == len({r["meta"]["episode_id"] for r in rollouts})
+            == 3 * per_round
+        )
+        assert len({r["meta"]["group"] for r in rollouts}) == 3 * cfg.profiles_per_step
+
+
+def test_groups_with_gradient_counts_groups_whose_rewards_differ():
+    from types import SimpleNamespace
+
+    def ep(group, total):
+        return SimpleNamespace(meta={"group": group, "reward": None if total is None else {"total": total}})
+
+    # group 0 differs; group 1 is flat; group 2 differs only through a simulator error, which is no reward
+    eps = [ep(0, 0.0), ep(0, 0.5), ep(1, 1.0), ep(1, 1.0), ep(2, 0.0), ep(2, None)]
+    assert groups_with_gradient(eps) == 1

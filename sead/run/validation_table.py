@@ -24,30 +24,77 @@ def interval(m: dict, name: str) -> tuple[float | None, float | None]:
     return lo, hi
 
 
-def with_ci(m: dict, name: str) -> str:
-    """`0.812 (0.650-0.921)`, or `n/a` where the metric applies to no dialogue."""
-    mean = m["metrics"][name]["mean"]
+def with_ci(m: dict, name: str, sep: str = " ") -> str:
+    """`0.812 (0.65-0.92)`, or `n/a` where the metric applies to no dialogue."""
+    mean = _mean(m, name)
     if mean is None:
         return "n/a"
     lo, hi = interval(m, name)
-    return f"{mean:.3f} ({lo:.3f}-{hi:.3f})"
+    return f"{mean:.3f}{sep}({lo:.2f}-{hi:.2f})"
+
+
+def _mean(m: dict, name: str) -> float | None:
+    """None where the metric applies to no dialogue, or the file predates it."""
+    return m["metrics"].get(name, {}).get("mean")
 
 
 def user_side(m: dict) -> list[str]:
-    """The user-side measures the simulator reported in `m`."""
-    return [name for name in USER_SIDE if m["metrics"][name]["n"]]
+    """The user-side measures the simulator reported in `m` (files written before they existed have none)."""
+    return [name for name in USER_SIDE if m["metrics"].get(name, {}).get("n")]
+
+
+def validations(layout: RunLayout) -> dict[int | str, dict]:
+    """Every validation on disk, in order: the base model's first, where there is one."""
+    points = [BASE_MODEL] if layout.validation_metrics(BASE_MODEL).exists() else []
+    points += layout.validated_iterations()
+    return {p: json.loads(layout.validation_metrics(p).read_text()) for p in points}
+
+
+def _shown(results: dict) -> list[str]:
+    return [n for n in USER_SIDE if any(n in user_side(m) for m in results.values())]
+
+
+def changes(layout: RunLayout) -> list[str]:
+    """What moved each measure, said apart: the warm-up (imitation: base model -> iteration 0) and RL (iteration
+    0 -> the last point), each with whether the two 95% CIs are apart."""
+    results = validations(layout)
+    iterations = [p for p in results if p != BASE_MODEL]
+    phases = []
+    if BASE_MODEL in results and iterations:
+        phases.append(("warm-up (imitation)", BASE_MODEL, iterations[0]))
+    if len(iterations) > 1:
+        steps = results[iterations[-1]]["at"]["step"] - results[iterations[0]]["at"]["step"]
+        phases.append((f"RL ({steps} step{'' if steps == 1 else 's'})", iterations[0], iterations[-1]))
+    lines = []
+    for phase, a, b in phases:
+        parts = []
+        for name in ("CR", *_shown(results)):
+            ma, mb = results[a], results[b]
+            if _mean(ma, name) is None or _mean(mb, name) is None:
+                continue
+            (lo_a, hi_a), (lo_b, hi_b) = interval(ma, name), interval(mb, name)
+            apart = lo_b > hi_a or lo_a > hi_b
+            parts.append(
+                f"{name} {_mean(ma, name):.3f} -> {_mean(mb, name):.3f} (CIs {'apart' if apart else 'overlap'})"
+            )
+        lines.append(f"{phase}: " + ", ".join(parts))
+    return lines
 
 
 def validation_table(layout: RunLayout) -> Table:
-    points = [BASE_MODEL] if layout.validation_metrics(BASE_MODEL).exists() else []
-    points += layout.validated_iterations()
-    results = {p: json.loads(layout.validation_metrics(p).read_text()) for p in points}
-    shown = [n for n in USER_SIDE if any(n in user_side(m) for m in results.values())]
-    table = Table(title="validation (greedy, the same profiles at every point; 95% CIs)")
-    for header in ("point", "step", "CR", *shown, "dialogues"):
+    results = validations(layout)
+    shown = _shown(results)
+    table = Table(
+        title="validation: greedy, the same profiles at every point; mean (95% CI)",
+        caption="base: the model before its warm-up; iteration 0: before the first RL step"
+        if BASE_MODEL in results
+        else "iteration 0: before the first RL step",
+    )
+    for header in ("point", "RL steps", "CR", *shown, "dialogues"):
         table.add_column(header, justify="left" if header == "point" else "right")
     for p, m in results.items():
-        label = "base model (before warm-up)" if p == BASE_MODEL else f"iteration {p}"
+        label = "base" if p == BASE_MODEL else f"iteration {p}"
         step = "" if p == BASE_MODEL else str(m["at"]["step"])
-        table.add_row(label, step, *(with_ci(m, n) for n in ("CR", *shown)), str(m["counts"]["evaluated"]))
+        cells = (with_ci(m, n, sep="\n") for n in ("CR", *shown))
+        table.add_row(label, step, *cells, str(m["counts"]["evaluated"]))
     return table

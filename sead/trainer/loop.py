@@ -30,7 +30,7 @@ from sead.run.metrics_log import MetricsLogger
 from sead.run.scoring import EpisodeScorer
 from sead.run.start import start_or_resume
 from sead.run.steps import StepRecord, finish_step, write_controller_state, write_validation_metrics
-from sead.run.validation_table import user_side, validation_table, with_ci
+from sead.run.validation_table import changes, user_side, validation_table, with_ci
 from sead.scenario.profiles import Profile
 from sead.trainer import lora
 from sead.trainer.budget import TrainingBudget
@@ -57,15 +57,27 @@ def build_models(model_cfg: ModelConfig, tc: TrainerConfig, resume: Path | None,
     return model, ref, tokenizer, label
 
 
-def rollout_jobs(profiles: list[Profile], *, run_seed: int, step: int, group_size: int) -> list[EpisodeJob]:
-    """A training step's dialogues: `group_size` rollouts of each profile, one GRPO group per profile."""
+def rollout_jobs(
+    profiles: list[Profile], *, run_seed: int, step: int, group_size: int, first: int = 0
+) -> list[EpisodeJob]:
+    """A training step's dialogues: `group_size` rollouts of each profile, one GRPO group per profile. `first`
+    numbers the profiles of a refill round after those already played in the step."""
     return [
         EpisodeJob(
             p, seed=train_episode_seed(run_seed, step, i, k, group_size), episode_id=f"s{step}-p{i}-r{k}", group=i
         )
-        for i, p in enumerate(profiles)
+        for i, p in enumerate(profiles, start=first)
         for k in range(group_size)
     ]
+
+
+def groups_with_gradient(episodes) -> int:
+    """GRPO groups whose scored rollouts do not all share one reward."""
+    rewards: dict[int, set[float]] = {}
+    for e in episodes:
+        if e.meta["reward"] is not None:
+            rewards.setdefault(e.meta["group"], set()).add(e.meta["reward"]["total"])
+    return sum(len(r) > 1 for r in rewards.values())
 
 
 class Trainer:
@@ -132,10 +144,14 @@ class Trainer:
         )
 
     # -- phases ---------------------------------------------------------------------------------------------
-    async def _play(self, jobs, policy, log_path: Path, progress, label: str, cache: ResponseCache | None = None):
+    async def _play(
+        self, jobs, policy, log_path: Path, progress, label: str, cache: ResponseCache | None = None, fresh=True
+    ):
+        """Play `jobs` and log them to `log_path`: anew (one file per step: a replayed step rewrites it), or
+        appended after a step's earlier round (`fresh=False`)."""
         task = progress.add_task(label, total=len(jobs))
         self.rollout_model.refresh()  # the rollout copy follows every update, the warm-up and a resume
-        with RolloutLog(log_path, fresh=True) as rlog:  # one file per step: a replayed step rewrites it
+        with RolloutLog(log_path, fresh=fresh) as rlog:
             episodes = await run_batch(
                 jobs,
                 scenario=self.scenario,
@@ -228,11 +244,34 @@ class Trainer:
             run_seed=run_seed,
             step=self.step,
         )
-        jobs = rollout_jobs(profiles, run_seed=run_seed, step=self.step, group_size=self.tc.rollouts_per_profile)
         tokens_before = self.policy.generated_tokens
-        eps = await self._play(
-            jobs, self.policy, self.layout.rollouts(self.step), progress, f"step {self.step} rollouts", self.cache
-        )
+        eps, refills = [], 0
+        while True:
+            jobs = rollout_jobs(
+                profiles,
+                run_seed=run_seed,
+                step=self.step,
+                group_size=self.tc.rollouts_per_profile,
+                first=refills * self.tc.profiles_per_step,
+            )
+            label = f"step {self.step} rollouts" + (f" (refill {refills})" if refills else "")
+            log = self.layout.rollouts(self.step)
+            eps += await self._play(jobs, self.policy, log, progress, label, self.cache, fresh=not refills)
+            u = self.tc.update
+            if not u.dynamic_sampling or refills == u.refill_rounds:
+                break
+            if groups_with_gradient(eps) >= self.tc.profiles_per_step:
+                break
+            refills += 1  # too few groups with a gradient: new profiles from the same controller (DAPO's refill)
+            profiles, more = await training_profiles(
+                self.controller,
+                self.tc.profiles_per_step,
+                self.scenario,
+                self.plausibility,
+                run_seed=run_seed,
+                step=self.step,
+            )
+            checked = more and {k: v + more[k] for k, v in checked.items()}
         t_roll = time.perf_counter() - t0
         scored = [e for e in eps if e.meta["reward"] is not None]  # scored as each dialogue ended
         if not scored:
@@ -246,7 +285,7 @@ class Trainer:
         record = finish_step(
             eps, controller=self.controller, space=self.scenario.space, layout=self.layout, monitor=self.monitor
         )
-        record.update = {**update, **group_counts}
+        record.update = {**update, **group_counts, "refill_rounds": refills}
         record.plausibility = checked
         record.response_cache = self.cache.step_counts() if self.cache else None
         record.gen_tokens_per_s = (self.policy.generated_tokens - tokens_before) / max(t_roll, 1e-9)
@@ -307,6 +346,8 @@ class Trainer:
                 if not _validated_at(self.layout, it, self.step):
                     await self.validate(it, progress)
         console.print(validation_table(self.layout))
+        for line in changes(self.layout):
+            console.print(line)
 
 
 def _validated_at(layout: RunLayout, iteration: int, step: int) -> bool:

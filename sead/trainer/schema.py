@@ -29,6 +29,10 @@ class UpdateConfig:
     clip_high: float = number(0.2, ge=0)  # > clip_low: DAPO clip-higher
     normalise_std: bool = True  # GRPO (r - mean) / std; False: Dr.GRPO-style centring only
     dynamic_sampling: bool = False  # drop groups whose rewards are all equal
+    # With dynamic_sampling: while fewer than profiles_per_step groups carry a gradient, play up to this many more
+    # rounds of new profiles and keep their groups that do (DAPO's refill, as verl's filter_groups does). 0: a step
+    # whose groups are all flat skips its update.
+    refill_rounds: int = number(0, ge=0)
     micro_batch: int = number(2, ge=1)  # sequences per forward/backward
     ppo_epochs: int = number(1, ge=1)
     # Truncated importance sampling where the rollout engine's numbers differ from the trainer's (bf16 rollouts,
