@@ -1,29 +1,30 @@
-"""Evidence that the loop learns: completion rate (CR) of SmolLM2-135M against the scripted user simulator on a
-fixed, seeded held-out set, measured before any training and after a time-limited run (warm-up + GRPO).
+"""What RL adds: completion rate (CR) of SmolLM2-135M against the scripted user simulator after one saved warm-up,
+with and without GRPO, on the same held-out dialogues, compared dialogue by dialogue.
 
-    .venv/bin/python benchmarks/learning_curve.py [--minutes 58] [--profiles 64] [--trials 2] [--out DIR] [OVERRIDE ...]
-    .venv/bin/python benchmarks/learning_curve.py --report-only    # re-read finished runs, rewrite JSON + PNG
+    .venv/bin/python benchmarks/learning_curve.py [--steps 4] [--warmup-dialogues 192] [--out DIR] [OVERRIDE ...]
+    .venv/bin/python benchmarks/learning_curve.py --report-only   # re-read finished phases, rewrite JSON + PNG
+    .venv/bin/python benchmarks/learning_curve.py --quick --out /tmp/lc   # the whole pipeline on the tiny model
 
-Every point is the Trainer's own validation (same profiles, seeds, greedy decoding, metrics), so nothing here
-re-implements the loop:
-- before: a run with no warm-up and zero iterations: its `validation/iter_000.json` is the base model;
-- training: a run with the recipe below under `trainer.max_minutes` (warm-up and RL steps count, validation does
-  not; no step is started that would overrun it once one step has been timed); its last `validation/iter_*.json`
-  is where the budget stopped it (earlier ones, if the recipe validates more often, are further points);
-- warm-up only: the model the warm-up saved in the training run, measured the way "before" is.
-"after" is the last point with at most 60 minutes of training (the first RL step cannot be timed before it runs,
-so it may end past the budget; the warm-up-only point then still falls inside it).
-Extra arguments are Hydra overrides applied to every run after the recipe. An interrupted benchmark continues:
-finished measurement runs are reused and the training run resumes from its newest checkpoint. To try RL settings
-from an earlier warm-up instead of repeating it, pass `trainer.warmup.reuse=OLD/train/warmup` with a new `--out`
-(its minutes still count; copy OLD/before there to reuse the base-model measurement).
-Writes learning_curve.json and learning_curve.png next to this file.
+Phases, each a run directory under --out made by the Trainer itself (validation, metrics, warm-up reuse):
+- base:            the model before any training (a reference point);
+- warmup:          the supervised warm-up alone, on a fixed number of reference dialogues; saves warmup/;
+- warmup_only:     that saved warm-up, measured on the held-out set (no RL);
+- grpo_fixed:      that saved warm-up + --steps GRPO steps, profiles drawn from the `fixed` curriculum;
+- grpo_sead_joint: the same, with the `sead_joint` curriculum reweighting profiles after every step.
+Budgets are dialogues and steps, never minutes, so any machine repeats the same experiment; each phase's wall time
+and CPU are reported apart. The claim (issue 18): grpo_fixed completes >= 10 points more of the held-out dialogues
+than warmup_only, exact McNemar p < 0.01, in at most 60 minutes of RL steps on the 2-core CPU; what the curriculum
+adds (grpo_sead_joint against grpo_fixed) is reported whatever it is. A finished phase is reused (refused if it was
+run with other settings), an interrupted one resumes. Extra arguments are Hydra overrides for every phase. Writes
+learning_curve.json and .png next to this file (--quick: into --out).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -32,15 +33,17 @@ from rich.table import Table
 from sead.run.layout import RunLayout
 
 HERE = Path(__file__).resolve().parent
-LIMIT_MINUTES = 60  # training time the claim may use (issue 5): "after" is the last point within it
 console = Console()
 
-# The task as the benchmark poses it: the compact SOP prompt (the full one is ~1,000 tokens longer, which a 135M
-# model pays on every turn and in every training pass), a turn limit the scripted reference agent needs (it
-# completes 67 % of the held-out dialogues within 8 turns, 37 % within 6), room for its longest tagged turn
-# (~120 tokens), and a turn with no <response> ends the dialogue as a failure instead of a retry. Greedy, the base
-# model opens every dialogue with the same untagged echo of its prompt; with retries it would spend up to 8 turns
-# x 144 tokens per dialogue on that, and its measurement alone would take most of an hour on this machine.
+# The held-out dialogues: profiles and simulator draws follow from this seed, fixed before the first full run. It
+# is used by the full run only, never for development or tuning (4242, the trainer's default validation seed, was
+# the development set of every earlier session, and --quick uses it).
+HELD_OUT_SEED = 618_033
+DEVELOPMENT_SEED = 4242
+
+# The task as the benchmark poses it (see benchmarks/RESULTS.md): the compact SOP prompt, a turn limit the scripted
+# reference agent needs (it completes 67 % of held-out dialogues within 8 turns), room for its longest tagged turn,
+# and a turn with no <response> ends the dialogue as a failure instead of spending turns on retries.
 TASK = [
     "scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt",
     "dialogue.max_turns=8",
@@ -49,305 +52,374 @@ TASK = [
     "dialogue.on_malformed=end",
     "trainer.max_batch=64",
     "trainer.logging.tensorboard=false",
+    "trainer.max_minutes=null",
+    "trainer.validation.before_warmup=false",
 ]
-# How the 135M model gets a learning signal at all (README, "Why a warm-up"): the compact prompt carries a
-# one-line answer for every kind of concern, led by the cue words owners use for it, so answering is mostly
-# finding the line that shares words with what the owner said (an FAQ lookup, not reasoning); the model first
-# imitates the scripted reference agent's winning dialogues (one optimiser step per dialogue: more varied examples
-# and more updates for the same compute than epochs over few) for at most 46 minutes, leaving room for one RL step
-# with groups of 5 (~12 minutes on an idle 2-core machine; groups of 8 took 15 and ended past the 60); GRPO at
-# temperature 1.0 (so rollouts of one profile differ), shaped terms that separate partial progress inside a
-# group, and dynamic sampling so groups with equal rewards cost no update. This is the recipe that measured
-# 0 -> 25 % (benchmarks/RESULTS.md, fifth session).
-# Sized for a 2-core CPU, where one forward + backward over a ~1,000-token dialogue takes 10-20 s: no KL reference
-# pass (a few steps at lr 1e-5 stay near the warmed model anyway), and no validation between warm-up and RL (one
-# 128-dialogue pass of a warmed model costs 40-100 minutes here; the run still validates where it stops).
-RECIPE = [
-    "trainer.warmup.dialogues=256",
+# Imitation of the scripted reference agent's winning dialogues, one optimiser step per dialogue, no time cap:
+# all of them are learnt from, whatever the machine.
+WARMUP = [
     "trainer.warmup.epochs=1",
     "trainer.warmup.lr=1e-4",
     "trainer.warmup.micro_batch=1",
-    "trainer.warmup.max_minutes=46",
+    "trainer.warmup.max_minutes=null",
+]
+# GRPO as the fifth session measured it (groups of 5 at temperature 1.0, ~12 minutes a step on an idle 2-core CPU,
+# no KL reference pass, dynamic sampling), plus the concern-answer term: dodged concerns were what the warmed model
+# failed on. One step per iteration, so the controller reweights after every step and the curriculum can act.
+GRPO = [
     "reward.stage_progress=0.5",
+    "reward.concerns_answered=0.5",
     "reward.format=0.1",
-    "trainer.iterations=1",
-    "trainer.steps_per_iteration=1000",
+    "trainer.steps_per_iteration=1",
     "trainer.profiles_per_step=2",
     "trainer.rollouts_per_profile=5",
-    "trainer.save_every=1000",
     "trainer.sampling.temperature=1.0",
     "trainer.update.kl_coef=0",
     "trainer.update.lr=1e-5",
     "trainer.update.warmup_steps=1",
     "trainer.update.dynamic_sampling=true",
     "trainer.update.micro_batch=4",
-    "trainer.validation.at_start=false",
 ]
+QUICK = {"warmup_dialogues": 4, "steps": 2, "profiles": 3, "trials": 2}  # the tiny model: the pipeline, not a result
+# The full run. Warm-up: ~110 winning dialogues at the reference agent's ~0.58 CR, as many as the fifth session's
+# measured recipe imitated. Steps: ~12 minutes each there, so 4 fit the 60 minutes of RL. Held-out: one trial per
+# profile, because McNemar's test takes the pairs as independent and two dialogues with one user are not.
+FULL = {"warmup_dialogues": 192, "steps": 4, "profiles": 200, "trials": 1}
+
+# (a, b, what a - b measures); the first is the claim, fixed before the run: the target is checked on it alone
+COMPARISONS = [
+    ("grpo_fixed", "warmup_only", "what GRPO adds to the warm-up (the claim)"),
+    ("grpo_sead_joint", "grpo_fixed", "what the sead_joint curriculum adds to GRPO"),
+    ("grpo_sead_joint", "warmup_only", "what GRPO with the curriculum adds to the warm-up"),
+    ("warmup_only", "base", "what the warm-up adds to the base model"),
+]
+TARGET = {"min_gain_points": 10.0, "max_p": 0.01, "max_rl_minutes": 60.0}
+ARMS = {
+    "base": "base model",
+    "warmup_only": "warm-up only",
+    "grpo_fixed": "warm-up + GRPO (fixed)",
+    "grpo_sead_joint": "warm-up + GRPO (sead_joint)",
+}
+PHASES = ("base", "warmup", "warmup_only", "grpo_fixed", "grpo_sead_joint")  # in the order they run
+# equal in every measured arm: the task, the model it starts from and the held-out set
+HELD_OUT_KEYS = tuple(f"trainer.validation.{k}" for k in ("profiles", "trials", "seed", "sampling"))
+TASK_KEYS = ("scenario", "dialogue", "usersim", "model", *HELD_OUT_KEYS)
 
 
-def held_out(args) -> list[str]:
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    settings: tuple[str, ...]  # after the recipe and the user's overrides: what makes this phase what it is
+    steps: int = 0  # GRPO steps; one per iteration, so the measurement is validation `steps` (0: before any RL)
+
+    def finished(self, run: Path) -> bool:
+        layout = RunLayout(run)
+        if self.name == "warmup":
+            return layout.warmup.summary.exists()
+        measured = layout.validation_metrics(self.steps)
+        return measured.exists() and json.loads(measured.read_text())["at"]["step"] == self.steps
+
+
+def phases(args) -> list[Phase]:
+    warm = f"trainer.warmup.reuse={RunLayout(args.out / 'warmup').warmup.path}"
+    measure_only = ("trainer.iterations=0", "trainer.validation.at_start=true")
+    no_measurement = ("trainer.iterations=0", "trainer.validation.at_start=false")  # warmup_only measures it
+    n = args.steps
+    grpo = (warm, f"trainer.iterations={n}", f"trainer.validation.every={n}", f"trainer.save_every={n}")
+    grpo += ("trainer.validation.at_start=false",)  # the start is warmup_only's measurement
+    no_warmup = ("trainer.warmup.dialogues=0", "trainer.warmup.reuse=null")
     return [
-        f"trainer.validation.profiles={args.profiles}",
-        f"trainer.validation.trials={args.trials}",
-        f"trainer.validation.seed={args.seed}",
+        Phase("base", (*no_warmup, *measure_only)),
+        Phase("warmup", ("trainer.warmup.reuse=null", *no_measurement)),
+        Phase("warmup_only", (warm, *measure_only)),
+        *(Phase(f"grpo_{rule}", (*grpo, f"controller={rule}"), n) for rule in ("fixed", "sead_joint")),
     ]
 
 
-def run_validation_only(args, name: str, model: list[str], title: str) -> Path:
-    """A run that only measures a fixed model on the held-out set: its `validation/iter_000.json` is the point."""
+def overrides(args, phase: Phase) -> list[str]:
+    held_out = [f"trainer.validation.{k}={v}" for k, v in held_out_set(args).items()]
+    return [
+        *(["preset=tiny"] if args.quick else []),
+        *TASK,
+        *(["dialogue.max_new_tokens=32"] if args.quick else []),  # the random model's turns are noise anyway
+        *WARMUP,
+        f"trainer.warmup.dialogues={args.warmup_dialogues}",
+        *GRPO,
+        *args.overrides,
+        *held_out,  # after the user's overrides: the held-out set is this script's, never tuned
+        *phase.settings,
+    ]
+
+
+def held_out_set(args) -> dict:
+    return {"profiles": args.profiles, "trials": args.trials, "seed": DEVELOPMENT_SEED if args.quick else HELD_OUT_SEED}
+
+
+def run_phase(args, phase: Phase) -> None:
     from sead.config import load_config
     from sead.trainer.loop import train
 
-    run = args.out / name
-    if not RunLayout(run).validation_metrics(0).exists():
-        console.rule(f"[bold]{title}")
-        # after the user's overrides: whatever they set, this run must not train
-        train(
-            load_config(
-                [
-                    *TASK,
-                    *held_out(args),
-                    *args.overrides,
-                    *model,
-                    "trainer.iterations=0",
-                    "trainer.warmup.dialogues=0",
-                    "trainer.warmup.reuse=null",
-                    "trainer.validation.at_start=true",
-                    f"run_dir={run}",
-                    "resume=false",
-                ]
-            )
-        )
-    return run
+    run, settings = args.out / phase.name, overrides(args, phase)
+    if phase.finished(run):
+        refuse_other_settings(run, load_config([*settings, f"run_dir={run}", "resume=false"]))
+        console.print(f"{phase.name}: finished earlier, reused ({run})")
+        return
+    console.rule(f"[bold]{phase.name}: {ARMS.get(phase.name, 'the warm-up, saved for the arms')}")
+    resume = RunLayout(run).config.exists()  # an interrupted phase continues from its last checkpoint, if any
+    started = time.perf_counter()
+    train(load_config([*settings, f"run_dir={run}", f"resume={str(resume).lower()}"]))
+    record_phase_time(args.out, phase.name, time.perf_counter() - started, resumed=resume)
 
 
-def run_before(args) -> Path:
-    return run_validation_only(args, "before", [], "before: the base model, no warm-up, no RL")
-
-
-def run_warmed(args, trained: Path) -> None:
-    """The model as the warm-up left it (saved by the training run), before any RL step: its own curve point."""
-    model = RunLayout(trained).warmup.model
-    if model.is_dir():
-        run_validation_only(
-            args,
-            "warmed",
-            ["model.preset=path", f"model.path={model}"],
-            "warm-up only: the training run's model before its first GRPO step",
-        )
-
-
-def run_training(args) -> Path:
-    from sead.config import load_config
-    from sead.trainer.loop import train
-
-    run = args.out / "train"
-    console.rule(f"[bold]training: warm-up + GRPO, at most {args.minutes:g} minutes")
-    resume = RunLayout(run).metrics.exists()
-    train(
-        load_config(
-            [
-                *TASK,
-                *RECIPE,
-                *held_out(args),
-                f"trainer.max_minutes={args.minutes}",
-                *args.overrides,
-                f"run_dir={run}",
-                f"resume={str(resume).lower()}",
-            ]
-        )
-    )
-    return run
-
-
-def point(path: Path, label: str) -> dict:
-    """One measured model. `ci95` is the Wilson score interval of the completion count: the runs' own bootstrap
-    CI (`ci95_bootstrap`) is [0, 0] for a model that completes nothing, which would make any gain look "apart"."""
-    from sead.metrics import wilson_interval
-
-    m = json.loads(path.read_text())
-    cr = m["metrics"]["CR"]
-    completed = round(cr["mean"] * cr["n"])
-    return {
-        "label": label,
-        "CR": cr["mean"],
-        "completed": completed,
-        "n": cr["n"],
-        "ci95": wilson_interval(completed, cr["n"]),
-        "ci95_bootstrap": cr["ci95"],
-        "step": m["at"]["step"],
-        "train_minutes": m["at"]["train_minutes"],
-        "end_reasons": m["end_reasons"],
-    }
-
-
-def collect(before: Path, trained: Path, warmed: Path | None = None) -> dict:
-    """The report, read only from the run directories (their resolved configs say what was run)."""
+def refuse_other_settings(run: Path, expected) -> None:
     from omegaconf import OmegaConf
 
-    layout = RunLayout(trained)
-    cfg = OmegaConf.load(layout.config)
-    val = cfg.trainer.validation
-    for other in filter(None, (before, warmed)):
-        other_cfg = OmegaConf.load(RunLayout(other).config)
-        other_val = other_cfg.trainer.validation
-        if (val.profiles, val.trials, val.seed) != (other_val.profiles, other_val.trials, other_val.seed):
-            raise SystemExit(f"{other} and {trained} were validated on different held-out sets")
-        for group in ("scenario", "dialogue", "usersim"):
-            if cfg[group] != other_cfg[group]:
-                raise SystemExit(
-                    f"{other} and {trained} pose different tasks ({group} differs); delete {other} to measure it again"
-                )
-    warm = layout.warmup.summary
-    summary = json.loads(warm.read_text()) if warm.exists() else None
-    base = point(RunLayout(before).validation_metrics(0), "base model")
-    curve = [base]
-    if warmed is not None:
-        curve.append(
-            {**point(RunLayout(warmed).validation_metrics(0), "warm-up only"), "train_minutes": summary["minutes"]}
+    from sead.run.frozen_config import changed_settings, read_saved_config
+
+    saved = OmegaConf.to_container(read_saved_config(RunLayout(run).config))
+    changes = changed_settings(saved, OmegaConf.to_container(expected))
+    if changes:
+        shown = "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:6])
+        raise SystemExit(
+            f"{run} was run with other settings ({shown}); delete it to run it again, or use another --out"
         )
-    for i in layout.validated_iterations():
-        pt = point(layout.validation_metrics(i), "")  # labelled by its own step count, read once with the rest
-        curve.append({**pt, "label": f"warm-up + {pt['step']} GRPO step{'' if pt['step'] == 1 else 's'}"})
-    # the benchmark's claim is about at most LIMIT_MINUTES of training: the last point inside it
-    after = [p for p in curve if p["train_minutes"] <= LIMIT_MINUTES][-1]
+
+
+def record_phase_time(out: Path, name: str, seconds: float, *, resumed: bool) -> None:
+    """Wall time of the invocation that finished the phase (an interrupted attempt's time is not counted)."""
+    path = out / "phase_times.json"
+    times = json.loads(path.read_text()) if path.exists() else {}
+    times[name] = {"wall_minutes": seconds / 60, "resumed": resumed}
+    path.write_text(json.dumps(times, indent=2))
+
+
+# -- the report, read only from the run directories -------------------------------------------------------------
+def arm(run: Path, label: str) -> dict:
+    """One measured model: its last validation. CR's CI is Wilson's (a bootstrap collapses at 0 of n)."""
+    from sead.run.validation_table import interval
+
+    layout = RunLayout(run)
+    measured = layout.validated_iterations()[-1]
+    m = json.loads(layout.validation_metrics(measured).read_text())
+    completed, n = m["counts"]["completed"], m["counts"]["evaluated"]
+    user_side = {k: {"mean": m["metrics"][k]["mean"], "ci95": list(interval(m, k))} for k in ("CAR", "ACK")}
     return {
-        "model": "SmolLM2-135M-Instruct",
-        "user_simulator": str(cfg.usersim.name),
-        "held_out": {"profiles": val.profiles, "trials": val.trials, "seed": val.seed},
-        "budget_minutes": cfg.trainer.max_minutes,
-        "limit_minutes": LIMIT_MINUTES,
-        "config": OmegaConf.to_container(cfg),
-        "warmup": summary,
-        "before": base,
-        "after": after,
-        "curve": curve,
-        "gain_points": 100 * (after["CR"] - base["CR"]),
-        "cis_overlap": not (after["ci95"][0] > base["ci95"][1] or base["ci95"][0] > after["ci95"][1]),
-        "rl_steps": rl_steps(trained),
-        "runs": {"before": str(before), "warmed": str(warmed) if warmed else None, "train": str(trained)},
+        "label": label,
+        "run": str(run),
+        "grpo_steps": m["at"]["step"],
+        "CR": m["metrics"]["CR"]["mean"],
+        "completed": completed,
+        "n": n,
+        "ci95": list(interval(m, "CR")),
+        **user_side,
+        "end_reasons": m["end_reasons"],
+        "dialogues": str(layout.validation_dialogues(measured)),
     }
+
+
+def check_same_task(configs: dict[str, dict]) -> None:
+    from sead.run.frozen_config import changed_settings
+
+    (first, cfg), *others = configs.items()
+    for name, other in others:
+        changes = [k for k in changed_settings(cfg, other) if any(k == t or k.startswith(f"{t}.") for t in TASK_KEYS)]
+        if changes:
+            raise SystemExit(f"{first} and {name} pose different tasks or held-out sets ({', '.join(changes[:6])})")
+
+
+def compare(arms: dict[str, dict]) -> list[dict]:
+    from sead.run.paired import paired_comparison, validation_outcomes
+
+    outcomes = {name: validation_outcomes(Path(a["dialogues"])) for name, a in arms.items()}
+    return [
+        {"a": a, "b": b, "measures": what, **paired_comparison(outcomes[a], outcomes[b])}
+        for a, b, what in COMPARISONS
+        if a in arms and b in arms
+    ]
+
+
+def phase_record(run: Path, wall: dict | None) -> dict:
+    """Where and how long a phase ran: the invocation's wall time, the warm-up's or the RL steps' own minutes,
+    and the CPU from the run's machine.json."""
+    layout = RunLayout(run)
+    record = dict(wall or {"wall_minutes": None})
+    warmup = json.loads(layout.warmup.summary.read_text()) if layout.warmup.summary.exists() else {}
+    if "minutes" in warmup and "reused_from" not in warmup:  # a reused warm-up's minutes are the warmup phase's
+        record["warmup_minutes"] = warmup["minutes"]
+    if steps := rl_steps(run):
+        record["rl_minutes"] = sum(s["step_s"] for s in steps) / 60
+    record["cpu"] = json.loads(layout.machine.read_text())[-1]["cpu"]["model"]
+    return record
 
 
 def rl_steps(run: Path) -> list[dict]:
-    """What each GRPO step saw: sampled rollouts of the controller's profiles (not the held-out set), and how many
-    groups carried a gradient (dynamic sampling drops groups whose rewards are all equal)."""
-    lines = [json.loads(l) for l in RunLayout(run).metrics.read_text().splitlines() if '"reward"' in l]
-    return [
-        {
-            "step": m["step"],
-            "reward": m["reward"],
-            "CR": m["CR"],
-            "groups": m["groups"],
-            "groups_dropped": m["groups_dropped"],
-            "step_s": m["time"]["step_s"],
-        }
-        for m in lines
-    ]
+    """What each GRPO step saw (controller profiles, sampled: not the held-out set), and how many groups carried a
+    gradient (dynamic sampling drops groups whose rewards are all equal)."""
+    from sead.run.json_lines import read_json_lines
+
+    path = RunLayout(run).metrics
+    lines = [m for m in read_json_lines(path) if "reward" in m] if path.exists() else []
+    keys = ("step", "reward", "CR", "ACK", "groups", "groups_dropped")
+    return [{**{k: m.get(k) for k in keys}, "step_s": m["time"]["step_s"]} for m in lines]
 
 
+def collect(out: Path) -> dict:
+    from omegaconf import OmegaConf
+
+    from sead.run.frozen_config import changed_settings
+
+    measured = {n: out / n for n in ARMS if RunLayout(out / n).validated_iterations()}
+    if not measured:
+        raise SystemExit(f"no measured phase in {out}")
+    configs = {n: OmegaConf.to_container(OmegaConf.load(RunLayout(run).config)) for n, run in measured.items()}
+    check_same_task(configs)
+    arms = {n: arm(run, ARMS[n]) for n, run in measured.items()}
+    comparisons = compare(arms)
+    times_path = out / "phase_times.json"
+    times = json.loads(times_path.read_text()) if times_path.exists() else {}
+    ran = [n for n in PHASES if RunLayout(out / n).machine.exists()]
+    anchor = configs.get("grpo_fixed") or next(iter(configs.values()))
+    warm = RunLayout(out / "warmup").warmup.summary
+    return {
+        "held_out": {k: anchor["trainer"]["validation"][k] for k in ("profiles", "trials", "seed")},
+        "model": anchor["model"]["preset"],
+        "user_simulator": anchor["usersim"]["name"],
+        "warmup": json.loads(warm.read_text()) if warm.exists() else None,
+        "arms": arms,
+        "comparisons": comparisons,
+        "target": target(comparisons, rl_steps(out / "grpo_fixed")),
+        "curriculum": next((c for c in comparisons if (c["a"], c["b"]) == COMPARISONS[1][:2]), None),
+        "phases": {n: phase_record(out / n, times.get(n)) for n in ran},
+        "rl_steps": {n: rl_steps(run) for n, run in measured.items() if n.startswith("grpo")},
+        "config": anchor,
+        # each phase against grpo_fixed's config: the arms should differ only in what defines them
+        "config_differences": {
+            n: {k: list(v) for k, v in changed_settings(anchor, c).items()} for n, c in configs.items()
+        },
+    }
+
+
+def target(comparisons: list[dict], steps: list[dict]) -> dict | None:
+    """The claim fixed before the run, checked on its one comparison: gain, paired p and the minutes of RL."""
+    claim = next((c for c in comparisons if (c["a"], c["b"]) == COMPARISONS[0][:2]), None)
+    if claim is None:
+        return None
+    rl_minutes = sum(s["step_s"] for s in steps) / 60
+    gain, p = claim["gain_points"], claim["p_mcnemar"]
+    met = gain is not None and gain >= TARGET["min_gain_points"] and p < TARGET["max_p"]
+    met = met and rl_minutes <= TARGET["max_rl_minutes"]
+    return {**TARGET, "gain_points": gain, "p_mcnemar": p, "rl_minutes": rl_minutes, "met": met}
+
+
+# -- output ------------------------------------------------------------------------------------------------------
 def show(result: dict) -> None:
-    table = Table(
-        title=f"CR on {result['held_out']['profiles']} held-out profiles x {result['held_out']['trials']} "
-        "trials (greedy)"
-    )
-    for col in ("point", "training min", "RL steps", "CR", "95% CI (Wilson)", "completed / n"):
-        table.add_column(col, justify="left" if col == "point" else "right")
-    for p in result["curve"]:
-        table.add_row(
-            p["label"],
-            f"{p['train_minutes']:.1f}",
-            str(p["step"]),
-            f"{p['CR']:.3f}",
-            f"{p['ci95'][0]:.3f}-{p['ci95'][1]:.3f}",
-            f"{p['completed']} / {p['n']}",
-        )
-    console.print(table)
-    for m in result["rl_steps"]:
+    h = result["held_out"]
+    arms = Table(title=f"held-out: {h['profiles']} profiles x {h['trials']} trials, seed {h['seed']}, greedy")
+    for col in ("arm", "steps", "CR (Wilson 95%)", "done / n", "CAR (95%)", "ACK (95%)"):
+        arms.add_column(col, justify="left" if col == "arm" else "right")
+    for a in result["arms"].values():
+        cr, car, ack = with_ci(a["CR"], a["ci95"]), with_ci(**a["CAR"]), with_ci(**a["ACK"])
+        arms.add_row(a["label"], str(a["grpo_steps"]), cr, f"{a['completed']} / {a['n']}", car, ack)
+    console.print(arms)
+    pairs = Table(title="paired on the same dialogues: exact McNemar, two-sided")
+    for col in ("a vs b", "pairs", "only a", "only b", "CR gain", "p"):
+        pairs.add_column(col, justify="left" if col == "a vs b" else "right")
+    for c in result["comparisons"]:
+        pairs.add_row(f"{c['a']} vs {c['b']}", *(str(c[k]) for k in ("pairs", "only_a", "only_b")), *gain_and_p(c))
+    console.print(pairs)
+    for name, p in result["phases"].items():
+        minutes = [f"{k.removesuffix('_minutes')} {v:.1f} min" for k, v in p.items() if k.endswith("_minutes") and v]
+        resumed = " (resumed)" if p.get("resumed") else ""
+        console.print(f"phase {name}: {', '.join(minutes) or 'no wall time recorded'}{resumed}, {p['cpu']}")
+    if t := result["target"]:
+        verdict = "[green]met" if t["met"] else "[red]not met"
         console.print(
-            f"GRPO step {m['step']}: rollout reward {m['reward']:.3f}, rollout CR {m['CR']:.3f}, "
-            f"{m['groups'] - m['groups_dropped']}/{m['groups']} groups with a gradient, {m['step_s']:.0f}s"
+            f"claim, grpo_fixed vs warmup_only: {' points, p = '.join(gain_and_p(t))}, {t['rl_minutes']:.1f} min "
+            f"of RL steps -> target (>= +{t['min_gain_points']:g} points, p < {t['max_p']:g}, <= "
+            f"{t['max_rl_minutes']:g} min) [bold]{verdict}"
         )
-    met = result["gain_points"] >= 10 and not result["cis_overlap"]
-    console.print(
-        f"after = {result['after']['label']} ({result['after']['train_minutes']:.1f} min of training, the "
-        f"last point within {result['limit_minutes']} min)"
-    )
-    console.print(
-        f"before {result['before']['CR']:.3f} -> after {result['after']['CR']:.3f}: gain "
-        f"[bold]{result['gain_points']:+.1f} points[/], CIs {'overlap' if result['cis_overlap'] else 'apart'}"
-        f" -> target (+10 points, CIs apart) {'[green]met' if met else '[red]not met'}"
-    )
+    if c := result["curriculum"]:
+        console.print(f"what the curriculum adds, grpo_sead_joint vs grpo_fixed: {' points, p = '.join(gain_and_p(c))}")
+
+
+def gain_and_p(c: dict) -> tuple[str, str]:
+    return ("n/a" if c["gain_points"] is None else f"{c['gain_points']:+.1f}"), f"{c['p_mcnemar']:.3g}"
+
+
+def with_ci(mean: float | None, ci95: list) -> str:
+    return "n/a" if mean is None else f"{mean:.3f} ({ci95[0]:.3f}-{ci95[1]:.3f})"
 
 
 def plot(result: dict, path: Path) -> None:
+    """CR (Wilson CI) and CAR (bootstrap CI) of each arm side by side; the claim's and the curriculum's p."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pts = result["curve"]
-    x = [p["train_minutes"] for p in pts]
-    y = [100 * p["CR"] for p in pts]
-    err = [[100 * (p["CR"] - p["ci95"][0]) for p in pts], [100 * (p["ci95"][1] - p["CR"]) for p in pts]]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    ax.errorbar(x, y, yerr=err, marker="o", capsize=4)
-    for i, (xi, yi, p) in enumerate(zip(x, y, pts)):
-        last = i == len(pts) - 1 and i > 0  # label the last point to its left, inside the axes
-        ax.annotate(
-            f"{p['label']}\n{yi:.1f} %",
-            (xi, yi),
-            textcoords="offset points",
-            xytext=(-6 if last else 6, 8),
-            ha="right" if last else "left",
-            fontsize=8,
-        )
-    top = max(100 * p["ci95"][1] for p in pts)
-    if result["warmup"]:
-        ref = 100 * result["warmup"]["reference_CR"]
-        top = max(top, ref)
-        ax.axhline(ref, ls="--", c="grey", lw=1)
-        ax.text(x[0], ref - 1, "scripted reference agent (on the warm-up profiles)", fontsize=8, c="grey", va="top")
-    if max(x) > result["limit_minutes"]:
-        ax.axvline(result["limit_minutes"], ls=":", c="grey", lw=1)
-    ax.set_ylim(0, top + 10)
-    ax.set_xlabel("training time, minutes (warm-up + GRPO; validation not counted)")
-    ax.set_ylabel("completion rate, % (95% Wilson CI)")
-    ax.set_title(
-        f"SmolLM2-135M vs scripted user: {result['held_out']['profiles']} profiles x "
-        f"{result['held_out']['trials']} trials, greedy"
-    )
+    arms = list(result["arms"].values())
+    fig, ax = plt.subplots(figsize=(8, 4.4))
+    series = {"CR": [(a["CR"], a["ci95"]) for a in arms], "CAR": [(a["CAR"]["mean"], a["CAR"]["ci95"]) for a in arms]}
+    for offset, (name, stats) in zip((-0.2, 0.2), series.items()):
+        shown = [
+            (i + offset, 100 * mean, [100 * c for c in ci]) for i, (mean, ci) in enumerate(stats) if mean is not None
+        ]
+        if not shown:  # e.g. CAR where no user voiced a concern
+            continue
+        x, y, ci = zip(*shown)
+        err = [[yi - lo for yi, (lo, _) in zip(y, ci)], [hi - yi for yi, (_, hi) in zip(y, ci)]]
+        bars = ax.bar(x, y, width=0.38, yerr=err, capsize=4, label=f"{name} (95% CI)")
+        ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=2)
+    ax.set_xticks(range(len(arms)), [a["label"] for a in arms], fontsize=8)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("CR: % of dialogues; CAR: % of voiced concerns")
+    notes = [f"{c['a']} vs {c['b']}: {' pts, p='.join(gain_and_p(c))}" for c in result["comparisons"][:2]]
+    h = result["held_out"]
+    head = f"{result['model']} vs scripted user, {h['profiles']} x {h['trials']} held-out dialogues, greedy"
+    ax.set_title("\n".join([head, *notes]), fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the tiny random model, small budgets, the development seed")
     ap.add_argument(
-        "--minutes",
-        type=float,
-        default=58.0,
-        help="training budget (at most 60 in the benchmark; no step is started that would overrun it)",
+        "--warmup-dialogues", type=int, help=f"reference dialogues played for the warm-up ({FULL['warmup_dialogues']})"
     )
-    ap.add_argument("--profiles", type=int, default=64)
-    ap.add_argument("--trials", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=4242, help="seed of the held-out profiles and their dialogues")
-    ap.add_argument("--out", type=Path, default=Path("outputs/learning_curve"), help="where the two runs go")
-    ap.add_argument("--results", type=Path, default=HERE / "learning_curve", help="JSON and PNG, without suffix")
-    ap.add_argument("--report-only", action="store_true", help="do not train; report on the runs in --out")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides for both runs")
-    args = ap.parse_args()
+    ap.add_argument("--steps", type=int, help=f"GRPO steps of each RL arm ({FULL['steps']})")
+    ap.add_argument("--profiles", type=int, help=f"held-out profiles ({FULL['profiles']})")
+    ap.add_argument("--trials", type=int, help=f"dialogues per held-out profile ({FULL['trials']})")
+    ap.add_argument("--out", type=Path, default=Path("outputs/learning_curve_arms"), help="where the phases' runs go")
+    ap.add_argument("--results", type=Path, help="JSON and PNG, without suffix (default: next to this file)")
+    ap.add_argument("--report-only", action="store_true", help="run nothing; report on the phases in --out")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides for every phase (not the held-out set)")
+    args = ap.parse_args(argv)
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     args.out = args.out.resolve()
-    before, trained, warmed = args.out / "before", args.out / "train", args.out / "warmed"
+    args.results = args.results or (args.out if args.quick else HERE) / "learning_curve"
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if not args.report_only:
-        before, trained = run_before(args), run_training(args)
-        run_warmed(args, trained)
-    result = collect(before, trained, warmed if RunLayout(warmed).validation_metrics(0).exists() else None)
-    args.results.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    plot(result, args.results.with_suffix(".png"))
+        from sead.models.precision import cpu_info
+
+        console.print(f"CPU: {cpu_info()['model']}; held-out set {held_out_set(args)}")
+        args.out.mkdir(parents=True, exist_ok=True)
+        for phase in phases(args):
+            run_phase(args, phase)
+    result = collect(args.out)
+    json_path, png_path = args.results.with_suffix(".json"), args.results.with_suffix(".png")
+    json_path.write_text(json.dumps(result, indent=2))
+    plot(result, png_path)
     show(result)
-    console.print(f"wrote {args.results.with_suffix('.json')} and {args.results.with_suffix('.png')}")
+    console.print(f"wrote {json_path} and {png_path}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -146,6 +147,18 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> list[float]:
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar test of two models on the same dialogues, from the discordant pairs: `only_a`
+    dialogues only the first completed, `only_b` only the second. With no difference each discordant pair goes
+    either way with probability 1/2, so p is twice the binomial tail of the rarer side, capped at 1 (10 vs 0
+    gives 2 / 2**10). Integer arithmetic: exact at any count, where 0.5**n would underflow past n = 1074."""
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_a} and {only_b}")
+    n = only_a + only_b
+    tail = sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1))
+    return min(1.0, float(Fraction(2 * tail, 2**n)))
 
 
 def pass_hat_k(trials: Sequence[Sequence[bool]], k: int) -> float | None:

@@ -214,13 +214,21 @@ def test_sead_train_refuses_bad_settings_naming_the_field(tmp_path, capsys, over
     assert f"[{field}" in out and message in out and not (tmp_path / "run").exists()
 
 
-def test_backend_verl_refuses_the_response_cache(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("dialogue.response_cache.enabled=true", "dialogue.response_cache"),
+        ("trainer.validation.every=2", "trainer.validation.every"),
+        ("trainer.update.refill_rounds=1", "trainer.update.refill_rounds"),
+    ],
+)
+def test_backend_verl_refuses_embedded_only_settings(tmp_path, capsys, monkeypatch, override, field):
     monkeypatch.setattr("sead.verl_backend.preflight.visible_gpus", lambda: 1)  # past the GPU check, to the config
     model = tiny_model_dir(tmp_path)
     verl = ["backend=verl", "preset=gpu1", f"model.path={model}", *SMALL_DIALOGUES]
-    assert main(["train", *verl, "dialogue.response_cache.enabled=true", f"run_dir={tmp_path / 'run'}"]) == 2
+    assert main(["train", *verl, override, f"run_dir={tmp_path / 'run'}"]) == 2
     out = capsys.readouterr().out
-    assert "[dialogue.response_cache]" in out and "embedded-only" in out and not (tmp_path / "run").exists()
+    assert f"[{field}]" in out and "embedded-only" in out and not (tmp_path / "run").exists()
 
 
 def test_the_verl_outer_loop_checks_each_steps_profiles_as_the_embedded_loop_does(tmp_path):

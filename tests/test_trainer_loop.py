@@ -316,7 +316,7 @@ def test_ppo_estimator_runs_the_loop_and_checkpoints_its_value_head(tmp_path):
 
 
 def test_zero_iterations_only_measures_the_model(tmp_path):
-    """What benchmarks/learning_curve.py uses for its before and warm-up-only points: validation, no training."""
+    """What benchmarks/learning_curve.py uses for its base and warm-up-only points: validation, no training."""
     layout = RunLayout(train(load_config(["preset=tiny", "trainer.iterations=0", f"run_dir={tmp_path / 'run'}"])))
     assert layout.validated_iterations() == [0]
     assert not step_lines(layout) and not list(layout.checkpoints_dir.glob("step_*"))
@@ -362,3 +362,14 @@ def test_groups_with_gradient_counts_groups_whose_rewards_differ():
     # group 0 differs; group 1 is flat; group 2 differs only through a simulator error, which is no reward
     eps = [ep(0, 0.0), ep(0, 0.5), ep(1, 1.0), ep(1, 1.0), ep(2, 0.0), ep(2, None)]
     assert groups_with_gradient(eps) == 1
+
+
+def test_validation_every_k_iterations_still_measures_the_last(tmp_path):
+    """benchmarks/learning_curve.py reweights the curriculum after every step but measures only at the end."""
+    run = f"run_dir={tmp_path / 'run'}"
+    cfg = load_config(
+        ["preset=tiny", "trainer.iterations=3", "trainer.steps_per_iteration=1", "trainer.validation.every=2", run]
+    )
+    layout = RunLayout(train(cfg))
+    assert layout.validated_iterations() == [0, 2, 3]
+    assert len(list(layout.controller_dir.glob("controller_update_*.json"))) == 3

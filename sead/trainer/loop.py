@@ -212,7 +212,7 @@ class Trainer:
         eps = await self._play(
             jobs, self.val_policy, self.layout.validation_dialogues(iteration), progress, f"validation {name}"
         )
-        # Where on the training curve this point lies (benchmarks/learning_curve.py plots CR against both).
+        # Where on the training curve this point lies: after how many steps and minutes of training.
         m = write_validation_metrics(
             eps,
             space=self.scenario.space,
@@ -328,7 +328,8 @@ class Trainer:
                 if self.step % tc.steps_per_iteration == 0:
                     it = self.step // tc.steps_per_iteration
                     write_controller_state(self.controller, self.layout, it)
-                    await self.validate(it, progress)
+                    if it % tc.validation.every == 0 or self.step == total:
+                        await self.validate(it, progress)
                 if self.step % tc.save_every == 0 or self.step == total or self.budget.spent():
                     save_checkpoint(
                         self.layout.path,

@@ -71,6 +71,9 @@ class ValidationConfig:
     seed: int = number(4242, ge=0)
     at_start: bool = True  # also validate before the first RL step (after any warm-up), not only after iterations
     before_warmup: bool = False  # also validate the base model before a warm-up: where imitation started from
+    # validate after every `every`-th iteration and after the last (embedded trainer): with one controller update
+    # per step, a held-out pass after each would cost more than the training (benchmarks/learning_curve.py)
+    every: int = number(1, ge=1)
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0, top_p=1.0))
 
 

@@ -74,6 +74,9 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
         "trainer.warmup": tc.warmup.dialogues > 0,
         # verl's agent-loop workers are separate processes: they cannot share one cache
         "dialogue.response_cache": runner_config(cfg).response_cache.enabled,
+        # verl validates after every iteration, and refills flat groups by its own rule (filter_groups)
+        "trainer.validation.every": tc.validation.every != 1,
+        "trainer.update.refill_rounds": tc.update.refill_rounds > 0,
     }
     for name, on in embedded_only.items():
         if on:

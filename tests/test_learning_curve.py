@@ -1,0 +1,192 @@
+"""benchmarks/learning_curve.py: the paired statistics against hand-computed values, and the whole pipeline in its
+--quick mode on the tiny model (one saved warm-up that every arm starts from, step budgets, the report). The tiny
+model completes nothing, so no learning is asserted: only that the experiment is the one it claims to be."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sead.config import load_config
+from sead.metrics import mcnemar_exact, wilson_interval
+from sead.run.layout import RunLayout
+from sead.run.paired import paired_comparison, validation_outcomes
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning_curve.py"
+QUICK_STEPS, QUICK_DIALOGUES = 2, 3 * 2  # --quick: 2 GRPO steps, 3 held-out profiles x 2 trials
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("learning_curve_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass resolves its annotations through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script()
+
+
+@pytest.fixture(scope="module")
+def quick(script, tmp_path_factory):
+    """One --quick run, read (never written) by the tests below, except the last, which only re-reads it."""
+    out = tmp_path_factory.mktemp("learning_curve") / "out"
+    script.main(["--quick", "--out", str(out)])
+    return out, json.loads((out / "learning_curve.json").read_text())
+
+
+# -- statistics -------------------------------------------------------------------------------------------------
+def test_mcnemar_exact_is_the_two_sided_binomial_tail_of_the_discordant_pairs():
+    assert mcnemar_exact(10, 0) == mcnemar_exact(0, 10) == 2 * 0.5**10
+    assert mcnemar_exact(3, 1) == 2 * (1 + 4) / 2**4 == 0.625
+    assert mcnemar_exact(12, 2) == 2 * (1 + 14 + 91) / 2**14
+    assert mcnemar_exact(0, 0) == mcnemar_exact(5, 5) == 1.0  # capped: the two tails overlap at the middle
+    # 1,200 discordant pairs: 0.5**1200 is 0.0 in floats, the exact tail is not (normal approximation: 0.0039)
+    assert 0.0040 < mcnemar_exact(650, 550) < 0.0045
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 3)
+
+
+def outcomes(successes: list, trials: int = 1) -> dict:
+    return {
+        (i // trials, i % trials): {"profile": {"cooperation": i // trials}, "success": s}
+        for i, s in enumerate(successes)
+    }
+
+
+def test_pairing_counts_each_cell_and_drops_pairs_with_a_simulator_error():
+    a = outcomes([True, True, False, False, True, True, None])
+    b = outcomes([False, True, False, True, False, None, True])
+    c = paired_comparison(a, b)
+    assert (c["pairs"], c["sim_errors"]) == (5, 2)
+    assert (c["both"], c["only_a"], c["only_b"], c["neither"]) == (1, 2, 1, 1)
+    assert c["gain_points"] == 100 * (2 - 1) / 5
+    assert c["p_mcnemar"] == mcnemar_exact(2, 1) == 1.0
+
+
+def test_pairing_refuses_sets_that_are_not_the_same_dialogues():
+    a = outcomes([True, False, True, False], trials=2)  # profiles 0, 1 x trials 0, 1
+    with pytest.raises(ValueError, match="2 only in the first, 2 only in the second"):
+        paired_comparison(a, outcomes([True, False, True, False], trials=1))  # profiles 0-3 x trial 0
+    with pytest.raises(ValueError, match="2 only in the first, 0 only in the second"):
+        paired_comparison(a, outcomes([True, False], trials=2))
+    other_users = {k: {**v, "profile": {"cooperation": 4}} for k, v in a.items()}
+    with pytest.raises(ValueError, match="4 dialogues pose different users"):
+        paired_comparison(a, other_users)
+
+
+def test_validation_outcomes_are_keyed_by_profile_and_trial_from_the_episode_id(tmp_path):
+    def record(episode_id: str, success: bool, end_reason: str = "user_success") -> str:
+        meta = {"episode_id": episode_id}
+        return json.dumps({"profile": {"trust": 1}, "success": success, "end_reason": end_reason, "meta": meta})
+
+    path = tmp_path / "iter_000.jsonl"
+    path.write_text("\n".join([record("val12-1", True), record("val3-0", False, "sim_error")]) + "\n")
+    got = validation_outcomes(path)
+    assert got == {
+        (12, 1): {"profile": {"trust": 1}, "success": True},
+        (3, 0): {"profile": {"trust": 1}, "success": None},
+    }
+    path.write_text(record("s1-p0-r0", True) + "\n")  # a training rollout, not a held-out dialogue
+    with pytest.raises(ValueError, match="not a validation dialogue"):
+        validation_outcomes(path)
+    path.write_text(record("val1-0", True) + "\n" + record("val1-0", False) + "\n")
+    with pytest.raises(ValueError, match="appears twice"):
+        validation_outcomes(path)
+
+
+# -- the held-out set -------------------------------------------------------------------------------------------
+def test_every_phase_of_the_full_run_poses_the_fixed_held_out_set_whatever_the_overrides(script, tmp_path):
+    assert script.HELD_OUT_SEED != script.DEVELOPMENT_SEED == 4242  # 4242: the default, used in development
+    args = script.parse_args(["--out", str(tmp_path), "trainer.validation.seed=4242", "trainer.validation.profiles=9"])
+    for phase in script.phases(args):
+        val = load_config(script.overrides(args, phase)).trainer.validation
+        assert (val.seed, val.profiles, val.trials) == (script.HELD_OUT_SEED, 200, 1)
+        assert val.sampling.temperature == 0.0
+
+
+# -- the quick run ----------------------------------------------------------------------------------------------
+def test_every_arm_reports_cr_with_its_wilson_ci_and_the_user_side_measures(quick):
+    out, result = quick
+    assert (out / "learning_curve.png").stat().st_size > 0
+    assert list(result["arms"]) == ["base", "warmup_only", "grpo_fixed", "grpo_sead_joint"]
+    for arm in result["arms"].values():
+        assert arm["n"] == QUICK_DIALOGUES and arm["ci95"] == wilson_interval(arm["completed"], arm["n"])
+        assert set(arm["CAR"]) == set(arm["ACK"]) == {"mean", "ci95"}
+    assert [a["grpo_steps"] for a in result["arms"].values()] == [0, 0, QUICK_STEPS, QUICK_STEPS]
+    assert result["held_out"] == {"profiles": 3, "trials": 2, "seed": 4242}  # --quick never plays the held-out seed
+
+
+def test_comparisons_are_exact_mcnemar_tests_on_the_arms_own_dialogues(quick):
+    _, result = quick
+    pairs = {(c["a"], c["b"]): c for c in result["comparisons"]}
+    assert list(pairs)[:2] == [("grpo_fixed", "warmup_only"), ("grpo_sead_joint", "grpo_fixed")]
+    for (a, b), c in pairs.items():
+        files = (Path(result["arms"][name]["dialogues"]) for name in (a, b))
+        assert {k: v for k, v in c.items() if k not in ("a", "b", "measures")} == paired_comparison(
+            *map(validation_outcomes, files)
+        )
+        assert c["pairs"] == QUICK_DIALOGUES and c["p_mcnemar"] == mcnemar_exact(c["only_a"], c["only_b"])
+    claim = pairs["grpo_fixed", "warmup_only"]
+    assert result["target"]["gain_points"] == claim["gain_points"] and result["target"]["met"] is False
+
+
+def test_the_arms_start_from_the_one_saved_warm_up(quick):
+    out, _ = quick
+    saved = RunLayout(out / "warmup").warmup
+    original = load_file(saved.model / "model.safetensors")
+    for name in ("warmup_only", "grpo_fixed", "grpo_sead_joint"):
+        warmup = RunLayout(out / name).warmup
+        summary = json.loads(warmup.summary.read_text())
+        assert summary.pop("reused_from") == str(saved.path)
+        assert summary == json.loads(saved.summary.read_text())
+        loaded = load_file(warmup.model / "model.safetensors")
+        assert loaded.keys() == original.keys() and all(torch.equal(loaded[k], original[k]) for k in original)
+    assert not RunLayout(out / "base").warmup.path.exists()
+
+
+def test_each_rl_arm_takes_its_step_budget_and_is_measured_once_at_the_end(quick):
+    out, result = quick
+    for name in ("grpo_fixed", "grpo_sead_joint"):
+        layout = RunLayout(out / name)
+        steps = [json.loads(l)["step"] for l in layout.metrics.read_text().splitlines() if '"reward"' in l]
+        assert steps == list(range(1, QUICK_STEPS + 1)) == [s["step"] for s in result["rl_steps"][name]]
+        assert layout.validated_iterations() == [QUICK_STEPS]
+        assert result["phases"][name]["rl_minutes"] > 0 and result["phases"][name]["cpu"]
+    for name in ("base", "warmup_only"):
+        assert RunLayout(out / name).validated_iterations() == [0] and not RunLayout(out / name).rollout_files()
+    assert result["phases"]["warmup"]["warmup_minutes"] > 0
+
+
+def test_the_rl_arms_differ_only_in_the_curriculum_which_acts_from_the_second_step(quick):
+    out, result = quick
+    assert result["config_differences"]["grpo_fixed"] == {}
+    assert result["config_differences"]["grpo_sead_joint"] and all(
+        key.startswith("controller.") for key in result["config_differences"]["grpo_sead_joint"]
+    )
+
+    def first_step_users(name: str) -> list[dict]:
+        return [json.loads(l)["profile"] for l in RunLayout(out / name).rollouts(1).read_text().splitlines()]
+
+    def weights(name: str, iteration: int) -> list[float]:
+        return json.loads(RunLayout(out / name).controller_state(iteration).read_text())["probs"]
+
+    # same seed, same starting weights: the same users at step 1; the controller update after it then differs
+    assert first_step_users("grpo_fixed") == first_step_users("grpo_sead_joint")
+    assert weights("grpo_fixed", 1) == weights("grpo_fixed", QUICK_STEPS) != weights("grpo_sead_joint", 1)
+
+
+def test_a_rerun_reuses_finished_phases_and_refuses_one_run_with_other_settings(script, quick):
+    out, result = quick
+    times = (out / "phase_times.json").read_text()
+    script.main(["--quick", "--out", str(out), "--results", str(out / "again")])
+    assert (out / "phase_times.json").read_text() == times  # nothing ran again
+    assert json.loads((out / "again.json").read_text())["comparisons"] == result["comparisons"]
+    with pytest.raises(SystemExit, match=r"base was run with other settings \(reward.format 0.1 -> 0.3"):
+        script.main(["--quick", "--out", str(out), "reward.format=0.3"])
