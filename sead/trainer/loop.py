@@ -233,20 +233,22 @@ class Trainer:
             self.logger.log(self.step, {"validation": {k: v["mean"] for k, v in m["metrics"].items()}})
         return m
 
-    async def train_step(self, progress) -> StepRecord:
-        t0 = time.perf_counter()
-        run_seed = int(self.cfg.seed)
-        profiles, checked = await training_profiles(
-            self.controller,
-            self.tc.profiles_per_step,
-            self.scenario,
-            self.plausibility,
-            run_seed=run_seed,
-            step=self.step,
-        )
-        tokens_before = self.policy.generated_tokens
-        eps, refills = [], 0
+    async def _rollouts(self, progress) -> tuple[list, dict | None, int]:
+        """The step's dialogues, the plausibility pass's counts (None where off) and the refill rounds played:
+        `profiles_per_step` profiles from the controller, and with dynamic sampling more rounds of new ones while
+        fewer groups than that carry a gradient (DAPO's refill), up to `refill_rounds`."""
+        u, run_seed = self.tc.update, int(self.cfg.seed)
+        eps, checked, refills = [], None, 0
         while True:
+            profiles, counts = await training_profiles(
+                self.controller,
+                self.tc.profiles_per_step,
+                self.scenario,
+                self.plausibility,
+                run_seed=run_seed,
+                step=self.step,
+            )
+            checked = counts if checked is None else counts and {k: v + counts[k] for k, v in checked.items()}
             jobs = rollout_jobs(
                 profiles,
                 run_seed=run_seed,
@@ -257,21 +259,16 @@ class Trainer:
             label = f"step {self.step} rollouts" + (f" (refill {refills})" if refills else "")
             log = self.layout.rollouts(self.step)
             eps += await self._play(jobs, self.policy, log, progress, label, self.cache, fresh=not refills)
-            u = self.tc.update
             if not u.dynamic_sampling or refills == u.refill_rounds:
-                break
+                return eps, checked, refills
             if groups_with_gradient(eps) >= self.tc.profiles_per_step:
-                break
-            refills += 1  # too few groups with a gradient: new profiles from the same controller (DAPO's refill)
-            profiles, more = await training_profiles(
-                self.controller,
-                self.tc.profiles_per_step,
-                self.scenario,
-                self.plausibility,
-                run_seed=run_seed,
-                step=self.step,
-            )
-            checked = more and {k: v + more[k] for k, v in checked.items()}
+                return eps, checked, refills
+            refills += 1
+
+    async def train_step(self, progress) -> StepRecord:
+        t0 = time.perf_counter()
+        tokens_before = self.policy.generated_tokens
+        eps, checked, refills = await self._rollouts(progress)
         t_roll = time.perf_counter() - t0
         scored = [e for e in eps if e.meta["reward"] is not None]  # scored as each dialogue ended
         if not scored:
