@@ -145,3 +145,10 @@ def test_the_client_moves_to_a_new_event_loop():
             assert status == 200 and "<user_reply>" in json.loads(raw)["choices"][0]["message"]["content"]
         asyncio.run(client.aclose())
     assert len(server.requests) == 2
+
+
+def test_an_unused_https_client_pickles_like_the_simulator_around_it():
+    import pickle
+
+    client = pickle.loads(pickle.dumps(KeepAliveClient("https://api.example.com/v1", {"Authorization": "Bearer k"})))
+    assert client.endpoint.tls and client.endpoint.port == 443 and client.endpoint.path == "/v1"

@@ -63,7 +63,7 @@ class KeepAliveClient:
             self.endpoint, self._bad_url = None, e
         self._headers = headers
         self._heads: dict[str, bytes] = {}  # path -> request head up to the Content-Length value
-        self._ssl = ssl.create_default_context() if self.endpoint and self.endpoint.tls else None
+        self._ssl: ssl.SSLContext | None = None  # made on the first https connection (a client pickles until used)
         self._idle: list[_Connection] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -102,6 +102,8 @@ class KeepAliveClient:
             if not conn.closed:  # the server may have closed it while idle
                 return conn
         host = self.endpoint.host
+        if self.endpoint.tls and self._ssl is None:
+            self._ssl = ssl.create_default_context()
         _, conn = await loop.create_connection(
             _Connection, host, self.endpoint.port, ssl=self._ssl, server_hostname=host if self._ssl else None
         )
