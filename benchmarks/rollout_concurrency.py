@@ -2,7 +2,13 @@
 
 Prints wall time / ideal, where ideal is the longest dialogue's sum of agent and user latencies (what a
 perfectly concurrent runner would take; target <= 1.2), and the runner's own work per turn (parsing,
-tokenising, masking) as a share of the turn time (target < 5%).
+tokenising, masking) as a share of the turn time (target < 5%). Also the CPU this process and the fake server
+spent: on a machine with busy cores, wall time says more about the neighbours than about the runner, while
+this process's CPU per turn against the ideal time per turn says whether one process can keep up at all.
+
+The fake agent answers with token ids, tokenised once per distinct reply, as a sampling backend (vLLM,
+transformers) hands the runner ids it sampled on its own device. The fake simulator is the stdlib server in
+its own process: its CPU shares this machine's cores, which a real simulator (on its own GPUs) would not.
 
     .venv/bin/python benchmarks/rollout_concurrency.py [--dialogues 256] [--latency 0.05] [--turns 15]
 """
@@ -21,7 +27,8 @@ from contextlib import contextmanager
 from rich.progress import Progress
 
 from sead.config import build_scenario, build_usersim, load_config
-from sead.dialogue import EpisodeJob, RunnerConfig, TextAgent, run_batch
+from sead.dialogue import AgentOutput, AgentPolicy, EpisodeJob, RunnerConfig, run_batch
+from sead.models.precision import cpu_info
 from sead.models.smollm import load_tokenizer
 from sead.scenario import Profile
 
@@ -50,20 +57,25 @@ def simulator_server(latency: float, finish_after: int):
         proc.wait(timeout=10)
 
 
-class FixedLatencyAgent(TextAgent):
-    def __init__(self, tok, scenario, latency):
-        super().__init__(tok)
-        self.scenario, self.latency = scenario, latency
+class FixedLatencyAgent(AgentPolicy):
+    """Answers after `latency` seconds with the ids of a well-formed turn, as a sampling backend would."""
 
-    async def reply(self, messages, seed):
+    def __init__(self, tok, scenario, latency):
+        self.tok, self.scenario, self.latency = tok, scenario, latency
+        self._ids: dict[int, list[int]] = {}  # turn number -> ids of that turn's reply
+
+    async def generate(self, request):
         await asyncio.sleep(self.latency)
-        n = sum(m["role"] == "assistant" for m in messages)
-        return self.scenario.tags.format_agent(
-            f"Thanks for your patience. Step {n}: open the back-office app and tap the button at the top right.",
-            {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0},
-            min(n, 3),
-            0,
-        )
+        n = (len(request.messages) - 1) // 2  # agent turns so far: the SOP prompt, then agent and user in turn
+        if n not in self._ids:
+            text = self.scenario.tags.format_agent(
+                f"Thanks for your patience. Step {n}: open the back-office app and tap the button at the top right.",
+                {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0},
+                min(n, 3),
+                0,
+            )
+            self._ids[n] = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
+        return AgentOutput(list(self._ids[n]))
 
 
 def process_cpu_s(pid: int) -> float:
@@ -108,6 +120,7 @@ def main() -> None:
             finally:
                 await user.aclose()
 
+        load_before = round(os.getloadavg()[0], 2)
         server_cpu0, t0, cpu0 = process_cpu_s(server_pid), time.perf_counter(), time.process_time()
         episodes = asyncio.run(go())
         wall, client_cpu = time.perf_counter() - t0, time.process_time() - cpu0
@@ -118,7 +131,11 @@ def main() -> None:
     runner_s = sum(e.meta["timing"]["runner_s"] for e in episodes)
     turn_time = sum(e.meta["timing"]["total_s"] for e in episodes) / sum(turns)
     overhead = runner_s / sum(turns) / turn_time
+    client_ms, ideal_ms = 1000 * client_cpu / sum(turns), 1000 * ideal / sum(turns)
     result = {
+        "cpu": cpu_info()["model"],
+        "cpus": os.cpu_count(),
+        "load_avg_1min_before": load_before,
         "dialogues": len(episodes),
         "turns_total": sum(turns),
         "wall_s": round(wall, 3),
@@ -129,15 +146,22 @@ def main() -> None:
         "end_reasons": sorted({e.end_reason for e in episodes}),
         # Where the CPU went: this process (runner, fake agent, HTTP client) and the fake server, which
         # shares the machine's cores (a real simulator runs on its own GPUs).
-        "client_cpu_ms_per_turn": round(1000 * client_cpu / sum(turns), 3),
+        "client_cpu_ms_per_turn": round(client_ms, 3),
+        "client_cpu_over_ideal": round(client_cpu / ideal, 3),
         "server_cpu_ms_per_user_call": round(1000 * server_cpu / max(1, sum(user_calls)), 3),
     }
     print(json.dumps(result, indent=2))
     print(
-        f"wall/ideal = {wall / ideal:.3f} (target <= 1.2); a perfectly concurrent run on one core needs at most "
-        f"{1000 * ideal / sum(turns):.2f} ms of CPU per turn, this process spent {1000 * client_cpu / sum(turns):.2f}"
+        f"wall/ideal = {wall / ideal:.3f} (target <= 1.2) on {result['cpu']} x {result['cpus']}, 1-min load "
+        f"{load_before} before the run; a perfectly concurrent run on one core needs at most {ideal_ms:.2f} ms of "
+        f"CPU per turn, this process spent {client_ms:.2f} (so on an idle core it could reach "
+        f"{max(1.0, client_cpu / ideal):.2f} x ideal)"
     )
     print(f"runner overhead = {100 * overhead:.2f}% of turn time (target < 5%)")
+    print(
+        f"the fake simulator spent {result['server_cpu_ms_per_user_call']:.2f} ms of CPU per call on these same "
+        "cores; a real simulator runs on its own GPUs and cores"
+    )
 
 
 if __name__ == "__main__":

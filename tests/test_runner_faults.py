@@ -149,3 +149,25 @@ def test_health_check_names_each_unreachable_url_and_only_those(restaurant):
     message = str(e.value)
     assert all(f"user simulator at {url} is unreachable" in message for url in dead)
     assert live.url not in message
+
+
+def test_batches_freeze_older_objects_only_while_they_run():
+    import gc
+
+    from sead.dialogue.batch import older_objects_frozen
+
+    assert gc.get_freeze_count() == 0
+    with older_objects_frozen():
+        frozen = gc.get_freeze_count()
+        with older_objects_frozen():  # a batch inside another keeps the heap frozen
+            pass
+        assert frozen > 0 and gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # someone else's freeze (e.g. before forking workers) is theirs to undo
+    try:
+        owned = gc.get_freeze_count()
+        with older_objects_frozen():
+            pass
+        assert gc.get_freeze_count() == owned
+    finally:
+        gc.unfreeze()

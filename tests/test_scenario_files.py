@@ -186,3 +186,15 @@ def test_compact_prompt_has_a_rule_satisfying_answer_for_every_concern(restauran
     ]
     assert unanswered == []
     assert [a for a in answers if matches_any(a, rules.contradictions)] == []
+
+
+def test_user_prompts_are_remembered_per_profile_and_the_scenario_still_pickles(restaurant):
+    import pickle
+
+    first = Profile.make({"cooperation": 1, "emotion": 3, "trust": 4}, [restaurant.library.behaviours[0].text])
+    second = Profile.make({"cooperation": 4, "emotion": 0, "trust": 1}, [])
+    prompts = [restaurant.user_system_prompt(p) for p in (first, second, first)]
+    assert prompts[0] is prompts[2] and prompts[0] != prompts[1]
+    assert "Cooperation at the start: 1" in prompts[0] and "Cooperation at the start: 4" in prompts[1]
+    copy = pickle.loads(pickle.dumps(restaurant))
+    assert copy.user_system_prompt(second) == prompts[1]

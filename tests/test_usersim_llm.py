@@ -64,6 +64,21 @@ async def test_server_receives_system_prompt_agent_turns_and_own_turns_in_full(r
     assert reply.meta["base_url"] == server.url
 
 
+@pytest.mark.asyncio
+async def test_the_request_carries_exactly_the_built_messages_for_each_profile(restaurant, profile):
+    other = Profile.make({"cooperation": 4, "emotion": 0, "trust": 1}, [])
+    history = [Exchange("Hello, caf\u00e9 owner?", FIRST_USER_TURN), Exchange('Second "quoted" turn', None)]
+    calls = [(profile, [], "hi"), (other, history, "third"), (profile, history, "again")]
+    with FakeOpenAIServer() as server:
+        sim = make_sim(restaurant, server)
+        for who, past, said in calls:
+            await sim.respond(who, past, said, seed=1)
+        await sim.aclose()
+    # The system message's JSON is encoded once per prompt: each profile must still get its own.
+    sent = [body["messages"] for body in server.requests]
+    assert sent == [build_user_messages(restaurant, who, past, said) for who, past, said in calls]
+
+
 def test_unanswered_agent_turns_merge_so_roles_alternate(restaurant, profile):
     history = [Exchange("first", None), Exchange("second", "mine")]
     messages = build_user_messages(restaurant, profile, history, "third")

@@ -11,6 +11,8 @@ import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from sead.dialogue.chat_tokens import plain_ids
+
 
 @dataclass
 class AgentRequest:
@@ -47,7 +49,7 @@ class TextAgent(AgentPolicy):
 
     async def generate(self, request: AgentRequest) -> AgentOutput:
         text = await self.reply(request.messages, request.seed)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)[: max(0, request.max_new_tokens - 1)]
+        ids = plain_ids(self.tokenizer, text)[: max(0, request.max_new_tokens - 1)]
         return AgentOutput(ids + [self.tokenizer.eos_token_id])
 
 

@@ -3,7 +3,8 @@
 Invariants (tested with real tokenizers):
 - agent tokens are the ids the agent sampled, appended as they are, with mask 1 (its end-of-turn token too);
 - everything else (system prompt, template glue, user turns) comes from rendering the chat template over the
-  messages and has mask 0, so the ids spell exactly `apply_chat_template(messages)`;
+  messages and has mask 0, so the ids spell exactly `apply_chat_template(messages)` (each new message is
+  rendered from a short window where a probe shows that gives the same text: see chat_render);
 - when the context outgrows its cap, a new segment starts from the system prompt plus the latest turns, all
   with mask 0: each agent token is trained once, under the context it was sampled in, and user text never
   becomes trainable.
@@ -11,7 +12,13 @@ Invariants (tested with real tokenizers):
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
+
+from sead.dialogue.chat_render import TurnRenderer, render, window_is_exact
+
+RECURRING_KEPT = 64  # texts remembered per tokenizer: opening prompts and the template's closing glue
+_recurring: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {text: ids}
 
 
 class TemplateError(ValueError):
@@ -33,30 +40,55 @@ class TokenSegment:
         return {"ids": self.ids, "mask": self.mask, "logprobs": self.logprobs}
 
 
+def plain_ids(tok, text: str) -> list[int]:
+    """`tok(text, add_special_tokens=False)["input_ids"]`, straight from the Rust tokenizer when transformers would
+    call it with these settings anyway (no truncation, padding or special-token splitting left set on it): the
+    transformers wrapper costs as much CPU as the encoding of a short turn."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if (
+        backend is not None
+        and backend.truncation is None
+        and backend.padding is None
+        and backend.encode_special_tokens == bool(getattr(tok, "split_special_tokens", False))
+    ):
+        return backend.encode(text, add_special_tokens=False).ids
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def recurring_ids(tok, text: str) -> list[int]:
+    """`plain_ids` of a text that recurs in every dialogue (the SOP prompt that opens it, the glue that closes
+    each agent turn), encoded once per tokenizer."""
+    known = _recurring.setdefault(tok, {})
+    if text not in known:
+        if len(known) >= RECURRING_KEPT:
+            known.clear()
+        known[text] = tuple(plain_ids(tok, text))
+    return list(known[text])
+
+
 class ChatTokens:
     def __init__(self, tokenizer, system_prompt: str, sop_role: str = "system"):
         self.tok = tokenizer
         self.messages: list[dict] = [{"role": sop_role, "content": system_prompt}]
         self.segments: list[TokenSegment] = []
-        self.text = ""  # rendering of the current segment's messages with the generation prompt
+        self._renderer = TurnRenderer(tokenizer, window_is_exact(tokenizer, self.messages[0]))
         self._segment_start = 1  # index in self.messages where the current segment's history starts
         self.appended = 0  # tokens added after the first prompt (agent turns, glue, user turns): the budget
-        self._new_segment(self.messages)
+        opening = render(tokenizer, self.messages, True)
+        self._new_segment(opening, recurring_ids(tokenizer, opening))
 
     # -- rendering helpers ------------------------------------------------------------------------------
-    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
-        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
-
     def _encode(self, text: str) -> list[int]:
-        return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
+        return plain_ids(self.tok, text) if text else []
 
     def _segment_messages(self) -> list[dict]:
         return [self.messages[0], *self.messages[self._segment_start :]]
 
-    def _new_segment(self, messages: list[dict]) -> None:
-        self.text = self._render(messages, True)
+    def _new_segment(self, text: str, ids: list[int]) -> None:
+        """Start a segment whose messages render (with the generation prompt) as `text`, encoded as `ids`."""
+        self._renderer.reset(text)
         seg = TokenSegment()
-        seg.extend(self._encode(self.text), trained=False)
+        seg.extend(ids, trained=False)
         self.segments.append(seg)
 
     @property
@@ -74,34 +106,32 @@ class ChatTokens:
         seg = self.segments[-1]
         seg.extend(list(sampled), trained=True, logprobs=logprobs)
         self.messages.append({"role": "assistant", "content": content})
-        rendered = self._render(self._segment_messages(), False)
-        head = self.text + content
+        before, rendered = self._renderer.extend(self._segment_messages(), False)
+        head = before + content
         if not rendered.startswith(head):
             raise TemplateError(
                 "the chat template does not render the assistant turn as an append to the "
                 "prompt (it rewrites earlier text); this model cannot be trained turn by turn"
             )
         closing = rendered[len(head) :]
-        eos_text = self.tok.decode([eos], skip_special_tokens=False)
         if stopped:
+            eos_text = self.tok.decode([eos], skip_special_tokens=False)
             if not closing.startswith(eos_text):
                 raise TemplateError(f"the template does not close assistant turns with {eos_text!r}")
             closing = closing[len(eos_text) :]
-        closing_ids = self._encode(closing)
+        closing_ids = recurring_ids(self.tok, closing) if closing else []
         seg.extend(closing_ids, trained=False)
         self.appended += len(sampled) + len(closing_ids)
-        self.text = rendered
         return content
 
     def add_user(self, content: str) -> None:
         self.messages.append({"role": "user", "content": content})
-        rendered = self._render(self._segment_messages(), True)
-        if not rendered.startswith(self.text):
+        before, rendered = self._renderer.extend(self._segment_messages(), True)
+        if not rendered.startswith(before):
             raise TemplateError("the chat template rewrites earlier turns when a user turn is added")
-        delta = self._encode(rendered[len(self.text) :])
+        delta = self._encode(rendered[len(before) :])
         self.segments[-1].extend(delta, trained=False)
         self.appended += len(delta)
-        self.text = rendered
 
     def fit(self, room: int, cap: int) -> bool:
         """Make sure `room` more tokens fit under `cap`; if not, start a new segment that drops the oldest
@@ -111,10 +141,11 @@ class ChatTokens:
         history = self.messages[1:]
         # Drop the oldest messages until the rendered prompt fits; the system prompt and the last message stay.
         for drop in range(self._segment_start, len(history)):
-            kept = [self.messages[0], *history[drop:]]
-            if len(self._encode(self._render(kept, True))) + room <= cap:
+            text = render(self.tok, [self.messages[0], *history[drop:]], True)
+            ids = self._encode(text)
+            if len(ids) + room <= cap:
                 self._segment_start = drop + 1
-                self._new_segment(kept)
+                self._new_segment(text, ids)
                 return True
         raise ContextOverflow(f"even the system prompt and the last turn exceed the context cap of {cap} tokens")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sead.errors import SEADInputError
@@ -15,6 +15,7 @@ from sead.scenario.template import PromptTemplate
 
 BEHAVIOURS_PLACEHOLDER = "specific_behaviors"
 NO_BEHAVIOUR_LINE = "- (no specific behaviour: react naturally to the call)"
+USER_PROMPTS_KEPT = 4096  # rendered user prompts remembered (one per profile in flight is what matters)
 SCENARIO_KEYS = (
     "name",
     "description",
@@ -41,6 +42,9 @@ class Scenario:
     behaviours_per_profile: tuple[int, int]
     default_marginals: dict[str, dict[int, float]]
     rules_path: Path | None
+    # The simulator is asked once per turn with the same profile; rendering its prompt each time cost more CPU
+    # than the request. A plain dict, so a scenario still pickles (verl sends it to its workers).
+    _user_prompts: dict[Profile, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def tags(self) -> TagSchema:
@@ -50,6 +54,14 @@ class Scenario:
         return self.agent_prompt.render({})
 
     def user_system_prompt(self, profile: Profile) -> str:
+        prompt = self._user_prompts.get(profile)
+        if prompt is None:
+            if len(self._user_prompts) >= USER_PROMPTS_KEPT:
+                self._user_prompts.clear()
+            prompt = self._user_prompts[profile] = self._render_user_prompt(profile)
+        return prompt
+
+    def _render_user_prompt(self, profile: Profile) -> str:
         values: dict[str, object] = {f"initial_{k}": v for k, v in profile.values.items()}
         lines = [f"- {b}" for b in profile.behaviours] or [NO_BEHAVIOUR_LINE]
         values[BEHAVIOURS_PLACEHOLDER] = "\n".join(lines)

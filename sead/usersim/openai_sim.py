@@ -11,16 +11,17 @@ import json
 import os
 from collections.abc import Sequence
 
-import aiohttp
 import httpx
 
 from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
 from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator
+from sead.usersim.http_client import KeepAliveClient
 
 HEALTH_TIMEOUT_S = 5.0
 START_HINT = "start one with scripts/serve_user_sim.sh or set usersim.base_urls"
+SYSTEM_JSON_KEPT = 4096  # encoded system messages remembered (one per profile in flight is what matters)
 
 
 def build_user_messages(
@@ -83,12 +84,13 @@ class OpenAIUserSimulator(UserSimulator):
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.max_tokens, self.timeout = max_tokens, timeout
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        # One aiohttp session per URL, opened on first use inside the event loop that runs the dialogues.
-        # Plain aiohttp rather than the openai SDK: with hundreds of dialogues in flight the client's CPU per
-        # request bounds the rollout rate, and the SDK's request building and response models cost several
-        # times the POST itself (benchmarks/rollout_concurrency.py). Retries belong to the episode runner.
-        self._sessions: list[aiohttp.ClientSession | None] = [None] * len(self.base_urls)
+        # One keep-alive client per URL, a plain HTTP/1.1 one rather than the openai SDK or aiohttp: with hundreds
+        # of dialogues in flight the client's CPU per request bounds the rollout rate (see http_client).
+        # Retries belong to the episode runner.
+        headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
+        self._clients = [KeepAliveClient(u, headers) for u in self.base_urls]
         self._calls = 0
+        self._system_json: dict[str, str] = {}  # role-play prompt -> its system message as JSON
 
     async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *, seed: int) -> UserReply:
         index = self._calls % len(self.base_urls)
@@ -98,10 +100,10 @@ class OpenAIUserSimulator(UserSimulator):
         try:
             # The deadline covers the whole call: a server trickling bytes must not hold the episode.
             async with asyncio.timeout(self.timeout):
-                data = await self._post(index, self._body(messages, seed, len(history)))
+                data = await self._post(index, self._request_json(messages, seed, len(history)))
         except TimeoutError as e:
             raise SimulatorError(f"user simulator at {url} failed: no answer within {self.timeout:g} s") from e
-        except (aiohttp.ClientError, ConnectionError) as e:
+        except OSError as e:  # refused, reset, unresolvable, TLS, or an answer that is not HTTP
             raise SimulatorError(
                 f"user simulator at {url} failed: connection failed: {str(e) or type(e).__name__}"
             ) from e
@@ -124,33 +126,35 @@ class OpenAIUserSimulator(UserSimulator):
             meta={"base_url": url, "finish_reason": choice.get("finish_reason")},
         )
 
-    async def _post(self, index: int, body: dict) -> dict:
-        session = self._sessions[index]
-        if session is None or session.closed:
-            session = self._sessions[index] = aiohttp.ClientSession(
-                headers={"Authorization": f"Bearer {self._api_key}"}, connector=aiohttp.TCPConnector(limit=0)
-            )  # the runner's concurrency limit is the limit
-        async with session.post(f"{self.base_urls[index]}/chat/completions", json=body) as r:
-            raw = await r.read()
-            if r.status >= 400:
-                raise _HTTPError(r.status, raw)
+    async def _post(self, index: int, body: bytes) -> dict:
+        status, raw = await self._clients[index].post_json("/chat/completions", body)
+        if status >= 400:
+            raise _HTTPError(status, raw)
         try:
             return json.loads(raw)
         except ValueError:
-            raise _HTTPError(r.status, raw, "the answer is not JSON") from None
+            raise _HTTPError(status, raw, "the answer is not JSON") from None
 
-    def _body(self, messages: list[dict], seed: int, turn: int) -> dict:
-        body = {
+    def _request_json(self, messages: list[dict], seed: int, turn: int) -> bytes:
+        """The chat request body. Its system message, the role-play prompt, is most of its bytes and the same on
+        every turn of a dialogue, so its JSON is encoded once per prompt and spliced in."""
+        settings = {
             "model": self.model,
-            "messages": messages,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
             "seed": turn_seed(seed, turn),
         }
         if self.top_k is not None:
-            body["top_k"] = self.top_k
-        return body
+            settings["top_k"] = self.top_k
+        system, rest = messages[0], messages[1:]
+        encoded = self._system_json.get(system["content"])
+        if encoded is None:
+            if len(self._system_json) >= SYSTEM_JSON_KEPT:
+                self._system_json.clear()
+            encoded = self._system_json[system["content"]] = json.dumps(system)
+        later = ", " + json.dumps(rest)[1:-1] if rest else ""
+        return f'{{"messages": [{encoded}{later}], {json.dumps(settings)[1:]}'.encode()
 
     def identity(self) -> dict:
         return {
@@ -175,8 +179,7 @@ class OpenAIUserSimulator(UserSimulator):
             raise SEADInputError("; ".join(problems) + f"; {START_HINT}", field="usersim")
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(s.close() for s in self._sessions if s is not None))
-        self._sessions = [None] * len(self.base_urls)
+        await asyncio.gather(*(c.aclose() for c in self._clients))
 
 
 async def probe_endpoint(

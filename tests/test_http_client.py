@@ -1,0 +1,154 @@
+"""The simulator's HTTP/1.1 client against a server that answers with hand-written bytes.
+
+The fake OpenAI server (test_usersim_llm, test_runner_faults) covers timeouts, HTTP errors, dropped and killed
+connections end to end; here are the wire formats it never sends: chunked and close-delimited bodies, interim
+answers, garbage, and what the client sends and reuses.
+"""
+
+import asyncio
+import json
+
+import pytest
+
+from sead.testing.fake_openai_server import FakeOpenAIServer
+from sead.usersim.http_client import BadResponse, BadURL, KeepAliveClient
+
+OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+HANG = b""  # an answer that never comes: the server waits until the client gives up
+
+
+class Closing(bytes):
+    """An answer after which the server closes the connection."""
+
+
+class ScriptedServer:
+    """Answers each request with the next canned answer; None closes the connection without answering, HANG
+    holds it open until the client closes it."""
+
+    def __init__(self, answers):
+        self.answers, self.requests, self.connections = list(answers), [], 0
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/"
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader, writer):
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                headers = dict(line.split(": ", 1) for line in lines[1:] if line)
+                body = await reader.readexactly(int(headers["Content-Length"]))
+                self.requests.append((lines[0], headers, body))
+                answer = self.answers.pop(0)
+                if answer is None:
+                    break
+                if answer is HANG:
+                    await reader.read()
+                    break
+                writer.write(answer)
+                await writer.drain()
+                if isinstance(answer, Closing):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+def post(client, body=b'{"q": 1}'):
+    return client.post_json("/chat/completions", body)
+
+
+@pytest.mark.asyncio
+async def test_requests_carry_path_headers_and_body_and_reuse_one_connection():
+    answers = [OK_HEAD + b'Content-Length: 7\r\n\r\n{"a":1}', OK_HEAD + b"Content-Length: 2\r\n\r\n{}"]
+    async with ScriptedServer(answers) as server:
+        client = KeepAliveClient(server.url, {"Authorization": "Bearer k"})
+        assert await post(client) == (200, b'{"a":1}')
+        assert await post(client, b"[]") == (200, b"{}")
+        await client.aclose()
+    (line, headers, body), second = server.requests
+    assert line == "POST /v1/chat/completions HTTP/1.1" and body == b'{"q": 1}' and second[2] == b"[]"
+    assert headers["Authorization"] == "Bearer k" and headers["Content-Type"] == "application/json"
+    assert headers["Host"] == server.url.split("/")[2]
+    assert server.connections == 1
+
+
+@pytest.mark.asyncio
+async def test_chunked_close_delimited_and_interim_answers_are_read_whole():
+    chunked = OK_HEAD + b'Transfer-Encoding: chunked\r\n\r\n4\r\n{"a"\r\n3;ext=1\r\n:1}\r\n0\r\nX-Trailer: t\r\n\r\n'
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n" + OK_HEAD + b"Content-Length: 2\r\n\r\n[]"
+    close_delimited = Closing(b"HTTP/1.0 503 Service Unavailable\r\n\r\nbusy, come back later")
+    async with ScriptedServer([chunked, interim, close_delimited, OK_HEAD + b"Content-Length: 2\r\n\r\nok"]) as server:
+        client = KeepAliveClient(server.url, {})
+        assert await post(client) == (200, b'{"a":1}')
+        assert await post(client) == (200, b"[]")
+        assert await post(client) == (503, b"busy, come back later")
+        assert await post(client) == (200, b"ok")  # on a new connection: the close-delimited one is spent
+        await client.aclose()
+    assert server.connections == 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "answer,problem",
+    [
+        (b"hello there\r\n\r\n", "not an HTTP/1.x response"),
+        (Closing(OK_HEAD + b'Content-Length: 50\r\n\r\n{"cut": '), "closed the connection"),
+        (None, "closed the connection"),
+        (OK_HEAD + b"Content-Encoding: gzip\r\nContent-Length: 2\r\n\r\nxx", "content-encoding"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed header"),
+    ],
+)
+async def test_broken_answers_raise_and_the_next_request_works(answer, problem):
+    async with ScriptedServer([answer, OK_HEAD + b"Content-Length: 2\r\n\r\n{}"]) as server:
+        client = KeepAliveClient(server.url, {})
+        with pytest.raises(BadResponse, match=problem):
+            await post(client)
+        assert await post(client) == (200, b"{}")
+        await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_timed_out_request_never_hands_its_late_answer_to_the_next():
+    async with ScriptedServer([HANG, OK_HEAD + b"Content-Length: 2\r\n\r\n{}"]) as server:
+        client = KeepAliveClient(server.url, {})
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await post(client)
+        assert client._idle == []  # the cancelled call's connection was closed, not pooled
+        assert await post(client) == (200, b"{}")
+        await client.aclose()
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize("url", ["localhost:8000/v1", "http://127.0.0.1:99999/v1", "ftp://host/v1", "http:///v1"])
+def test_a_bad_url_fails_each_request_as_a_connection_error(url):
+    client = KeepAliveClient(url, {})
+    with pytest.raises(BadURL, match="bad URL"):
+        asyncio.run(post(client))
+    assert issubclass(BadURL, ConnectionError)
+
+
+def test_the_client_moves_to_a_new_event_loop():
+    body = json.dumps({"model": "fake-user-sim", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    with FakeOpenAIServer() as server:
+        client = KeepAliveClient(server.url, {})
+        for _ in range(2):  # the first loop closes with an idle connection in the pool
+            status, raw = asyncio.run(client.post_json("/chat/completions", body))
+            assert status == 200 and "<user_reply>" in json.loads(raw)["choices"][0]["message"]["content"]
+        asyncio.run(client.aclose())
+    assert len(server.requests) == 2
+
+
+def test_an_unused_https_client_pickles_like_the_simulator_around_it():
+    import pickle
+
+    client = pickle.loads(pickle.dumps(KeepAliveClient("https://api.example.com/v1", {"Authorization": "Bearer k"})))
+    assert client.endpoint.tls and client.endpoint.port == 443 and client.endpoint.path == "/v1"
