@@ -236,7 +236,8 @@ class Trainer:
     async def _rollouts(self, progress) -> tuple[list, dict | None, int]:
         """The step's dialogues, the plausibility pass's counts (None where off) and the refill rounds played:
         `profiles_per_step` profiles from the controller, and with dynamic sampling more rounds of new ones while
-        fewer groups than that carry a gradient (DAPO's refill), up to `refill_rounds`."""
+        no group carries a gradient, up to `refill_rounds` (DAPO refills until its whole batch has a gradient;
+        one group is enough for an update, at a fraction of the rollouts)."""
         u, run_seed = self.tc.update, int(self.cfg.seed)
         eps, checked, refills = [], None, 0
         while True:
@@ -261,7 +262,7 @@ class Trainer:
             eps += await self._play(jobs, self.policy, log, progress, label, self.cache, fresh=not refills)
             if not u.dynamic_sampling or refills == u.refill_rounds:
                 return eps, checked, refills
-            if groups_with_gradient(eps) >= self.tc.profiles_per_step:
+            if groups_with_gradient(eps):
                 return eps, checked, refills
             refills += 1
 

@@ -29,8 +29,8 @@ class UpdateConfig:
     clip_high: float = number(0.2, ge=0)  # > clip_low: DAPO clip-higher
     normalise_std: bool = True  # GRPO (r - mean) / std; False: Dr.GRPO-style centring only
     dynamic_sampling: bool = False  # drop groups whose rewards are all equal
-    # With dynamic_sampling: while fewer than profiles_per_step groups carry a gradient, play up to this many more
-    # rounds of new profiles and keep their groups that do (DAPO's refill, as verl's filter_groups does). 0: a step
+    # With dynamic_sampling: while no group of the step carries a gradient, play up to this many more rounds of
+    # profiles_per_step new profiles (a lighter form of DAPO's refill, which fills the whole batch). 0: a step
     # whose groups are all flat skips its update.
     refill_rounds: int = number(0, ge=0)
     micro_batch: int = number(2, ge=1)  # sequences per forward/backward
