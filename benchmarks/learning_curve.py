@@ -313,12 +313,15 @@ def target(comparisons: list[dict], steps: list[dict]) -> dict | None:
 
 # -- output ------------------------------------------------------------------------------------------------------
 def show(result: dict) -> None:
+    from sead.run.validation_table import mean_with_ci
+
     h = result["held_out"]
     arms = Table(title=f"held-out: {h['profiles']} profiles x {h['trials']} trials, seed {h['seed']}, greedy")
     for col in ("arm", "steps", "CR (Wilson 95%)", "done / n", "CAR (95%)", "ACK (95%)"):
         arms.add_column(col, justify="left" if col == "arm" else "right")
     for a in result["arms"].values():
-        cr, car, ack = with_ci(a["CR"], a["ci95"]), with_ci(**a["CAR"]), with_ci(**a["ACK"])
+        cr = mean_with_ci(a["CR"], a["ci95"], digits=3)
+        car, ack = (mean_with_ci(**a[k], digits=3) for k in ("CAR", "ACK"))
         arms.add_row(a["label"], str(a["grpo_steps"]), cr, f"{a['completed']} / {a['n']}", car, ack)
     console.print(arms)
     pairs = Table(title="paired on the same dialogues: exact McNemar, two-sided")
@@ -344,10 +347,6 @@ def show(result: dict) -> None:
 
 def gain_and_p(c: dict) -> tuple[str, str]:
     return ("n/a" if c["gain_points"] is None else f"{c['gain_points']:+.1f}"), f"{c['p_mcnemar']:.3g}"
-
-
-def with_ci(mean: float | None, ci95: list) -> str:
-    return "n/a" if mean is None else f"{mean:.3f} ({ci95[0]:.3f}-{ci95[1]:.3f})"
 
 
 def plot(result: dict, path: Path) -> None:

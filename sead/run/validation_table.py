@@ -18,19 +18,23 @@ def interval(m: dict, name: str) -> tuple[float | None, float | None]:
     point at 0 or n of n), the bootstrap's for the others."""
     c = m["counts"]
     if name == "CR" and c["evaluated"]:
-        lo, hi = wilson_interval(c["completed"], c["evaluated"])
-        return lo, hi
-    lo, hi = m["metrics"][name]["ci95"]
-    return lo, hi
+        return tuple(wilson_interval(c["completed"], c["evaluated"]))
+    return tuple(m["metrics"][name]["ci95"])
 
 
 def with_ci(m: dict, name: str, sep: str = " ") -> str:
-    """`0.812 (0.65-0.92)`, or `n/a` where the metric applies to no dialogue."""
+    """Metric `name` of compute_metrics output `m` as `0.812 (0.65-0.92)`, or `n/a` where it applies to no
+    dialogue."""
     mean = _mean(m, name)
+    return "n/a" if mean is None else mean_with_ci(mean, interval(m, name), sep=sep)
+
+
+def mean_with_ci(mean: float | None, ci95, *, sep: str = " ", digits: int = 2) -> str:
+    """`0.812 (0.65-0.92)`: a mean and its 95% CI, `n/a` for no mean."""
     if mean is None:
         return "n/a"
-    lo, hi = interval(m, name)
-    return f"{mean:.3f}{sep}({lo:.2f}-{hi:.2f})"
+    lo, hi = ci95
+    return f"{mean:.3f}{sep}({lo:.{digits}f}-{hi:.{digits}f})"
 
 
 def _mean(m: dict, name: str) -> float | None:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 from collections.abc import Sequence
+from functools import lru_cache
 
 import httpx
 
@@ -21,7 +22,6 @@ from sead.usersim.http_client import KeepAliveClient
 
 HEALTH_TIMEOUT_S = 5.0
 START_HINT = "start one with scripts/serve_user_sim.sh or set usersim.base_urls"
-SYSTEM_JSON_KEPT = 4096  # encoded system messages remembered (one per profile in flight is what matters)
 
 
 def build_user_messages(
@@ -57,6 +57,12 @@ def turn_seed(seed: int, turn: int) -> int:
     return (seed * 1_000_003 + turn) % 2**31
 
 
+@lru_cache(maxsize=4096)  # one role-play prompt per profile in flight is what matters
+def _message_json(role: str, content: str) -> str:
+    """A chat message as JSON; the role-play prompt is most of a request's bytes and the same on every turn."""
+    return json.dumps({"role": role, "content": content})
+
+
 class OpenAIUserSimulator(UserSimulator):
     name = "openai"
 
@@ -90,7 +96,6 @@ class OpenAIUserSimulator(UserSimulator):
         headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
         self._clients = [KeepAliveClient(u, headers) for u in self.base_urls]
         self._calls = 0
-        self._system_json: dict[str, str] = {}  # role-play prompt -> its system message as JSON
 
     async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *, seed: int) -> UserReply:
         index = self._calls % len(self.base_urls)
@@ -148,11 +153,7 @@ class OpenAIUserSimulator(UserSimulator):
         if self.top_k is not None:
             settings["top_k"] = self.top_k
         system, rest = messages[0], messages[1:]
-        encoded = self._system_json.get(system["content"])
-        if encoded is None:
-            if len(self._system_json) >= SYSTEM_JSON_KEPT:
-                self._system_json.clear()
-            encoded = self._system_json[system["content"]] = json.dumps(system)
+        encoded = _message_json(system["role"], system["content"])
         later = ", " + json.dumps(rest)[1:-1] if rest else ""
         return f'{{"messages": [{encoded}{later}], {json.dumps(settings)[1:]}'.encode()
 
