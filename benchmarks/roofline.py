@@ -49,7 +49,13 @@ USER_LINES = (
     "Who is this?|I'm busy, make it quick.|What does it cost me?|Is this some kind of scam?|We already use another "
     "delivery app.|Can you call back after the lunch rush?|How did you get this number?|Okay, go on, I'm listening."
 ).split("|")
-CURVES = (("roofline", "roofline", "k--"), ("sead", "SEAD HFPolicy.sample", "o-"), ("generate", "generate()", "s-"))
+CURVES = (
+    ("roofline", "roofline", "k--"),
+    ("sead", "SEAD HFPolicy.sample", "o-"),
+    ("sead_unpacked", "SEAD, weights not packed", "^:"),
+    ("generate", "generate()", "s-"),
+)
+ARMS = ("sead", "sead_unpacked", "generate")  # sead_unpacked: the same sampling with F.linear (no oneDNN packs)
 REPLY = "<response>Sure, let me help you claim the credit.</response><stage>1</stage><status>0</status>"
 
 
@@ -175,9 +181,9 @@ def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> d
     no_eos = SimpleNamespace(eos_token_id=-1, pad_token_id=tok.pad_token_id)  # every row decodes `new` tokens
     requests = [AgentRequest(p, [], new, seed=i) for i, p in enumerate(prompts)]
 
-    def sead() -> int:
-        policy = HFPolicy(model, no_eos, SamplingConfig(temperature=0.0), turn_cache_mb=0)  # nothing cached yet
-        return sum(len(o.token_ids) for o in policy.sample(requests))
+    def sead(pack: bool = True) -> int:
+        policy = HFPolicy(model, no_eos, SamplingConfig(temperature=0.0), turn_cache_mb=0, pack_weights=pack)
+        return sum(len(o.token_ids) for o in policy.sample(requests))  # nothing cached yet
 
     ids = torch.full((rows, width), tok.pad_token_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
@@ -194,7 +200,7 @@ def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> d
         finally:
             model.set_attn_implementation(own)
 
-    for name, run in (("sead", sead), ("generate", generate)):
+    for name, run in (("sead", sead), ("sead_unpacked", lambda: sead(pack=False)), ("generate", generate)):
         t = split_timing(model, run, new - 1, repeats)
         decode = {"tok_s": rows * (new - 1) / t["decode_s"], "s": t["decode_s"], "steps": new - 1}
         result["decode"][name] = decode | {"new_tokens": t["new_tokens"], "in_forward": t["decode_forward_share"]}
@@ -207,11 +213,11 @@ def score_rows(run: dict, bw: float, rate: float) -> None:
     step, dense = roofline(*run["cost"]["decode_step"], bw, rate), roofline(*run["cost"]["prefill_dense"], bw, rate)
     run["decode"]["roofline"] = {"tok_s": run["rows"] / step["s"], **step}
     run["prefill"]["roofline"] = {"tok_s": run["prompt_tokens_mean"] * run["rows"] / dense["s"], **dense}
-    for name in ("sead", "generate"):
+    for name in ARMS:
         d, p = run["decode"][name], run["prefill"][name]
         d["of_roofline"] = d["tok_s"] / run["decode"]["roofline"]["tok_s"]
         p["of_roofline"] = p["prompt_tok_s"] / run["prefill"]["roofline"]["tok_s"]
-        p["work_gflop_s"] = run["cost"]["prefill_work"][name] / p["s"] / 1e9
+        p["work_gflop_s"] = run["cost"]["prefill_work"][name.removesuffix("_unpacked")] / p["s"] / 1e9
         p["work_of_matmul"] = p["work_gflop_s"] / rate
 
 
@@ -273,21 +279,28 @@ def print_tables(result: dict) -> None:
     runs = result["runs"]
     decode = [
         [r["dtype"], str(r["rows"]), f"{r['prompt_tokens_mean']:.0f}"]
-        + [fx(r["decode"][k]["tok_s"], r["decode"][k]["of_roofline"]) for k in ("sead", "generate")]
+        + [fx(r["decode"][k]["tok_s"], r["decode"][k]["of_roofline"]) for k in ARMS]
+        + [f"{r['decode']['sead']['tok_s'] / r['decode']['sead_unpacked']['tok_s']:.2f}x"]
         + [f"{r['decode']['roofline']['tok_s']:,.1f}", r["decode"]["roofline"]["bound"]]
         + [f"{100 * r['decode'][k]['in_forward']:.0f} %" for k in ("sead", "generate")]
         for r in runs
     ]
-    columns = ("dtype", "rows", "prompt", "SEAD", "generate()", "roofline", "bound", "SEAD in fwd", "gen() in fwd")
+    columns = (
+        *("dtype", "rows", "prompt", "SEAD", "SEAD unpacked", "generate()", "packed/unpacked", "roofline", "bound"),
+        *("SEAD in fwd", "gen() in fwd"),
+    )
     console.print(add_rows(Table(title="decode tok/s (x roofline)", title_justify="left"), columns, decode))
     prefill = [
         [r["dtype"], str(r["rows"])]
-        + [fx(r["prefill"][k]["prompt_tok_s"], r["prefill"][k]["of_roofline"]) for k in ("sead", "generate")]
+        + [fx(r["prefill"][k]["prompt_tok_s"], r["prefill"][k]["of_roofline"]) for k in ARMS]
         + [f"{r['prefill']['roofline']['tok_s']:,.0f}", r["prefill"]["roofline"]["bound"]]
-        + [fx(r["prefill"][k]["work_gflop_s"], r["prefill"][k]["work_of_matmul"]) for k in ("sead", "generate")]
+        + [fx(r["prefill"][k]["work_gflop_s"], r["prefill"][k]["work_of_matmul"]) for k in ARMS]
         for r in runs
     ]
-    columns = ("dtype", "rows", "SEAD", "generate()", "dense roofline", "bound", "SEAD GFLOP/s", "gen() GFLOP/s")
+    columns = (
+        *("dtype", "rows", "SEAD", "SEAD unpacked", "generate()", "dense roofline", "bound"),
+        *("SEAD GFLOP/s", "unpacked GFLOP/s", "gen() GFLOP/s"),
+    )
     title = "prefill prompt tok/s (x dense roofline); GFLOP/s of the work each ran (x matmul rate)"
     console.print(add_rows(Table(title=title, title_justify="left"), columns, prefill))
     train = [
@@ -363,7 +376,8 @@ def main(argv: list[str] | None = None) -> dict:
                 runs.append({"dtype": dtype, **measure_rows(model, tok, shape, prompts[:n], new, repeats)})
                 d = runs[-1]["decode"]
                 progress.console.print(
-                    f"{dtype} {n:>3} rows: decode tok/s SEAD {d['sead']['tok_s']:.1f}, generate() "
+                    f"{dtype} {n:>3} rows: decode tok/s SEAD {d['sead']['tok_s']:.1f} "
+                    f"(unpacked {d['sead_unpacked']['tok_s']:.1f}), generate() "
                     f"{d['generate']['tok_s']:.1f}; prefill s SEAD {runs[-1]['prefill']['sead']['s']:.1f}, "
                     f"generate() {runs[-1]['prefill']['generate']['s']:.1f}"
                 )

@@ -6,7 +6,10 @@ answers, garbage, and what the client sends and reuses.
 """
 
 import asyncio
+import datetime
+import ipaddress
 import json
+import ssl
 
 import pytest
 
@@ -25,12 +28,14 @@ class ScriptedServer:
     """Answers each request with the next canned answer; None closes the connection without answering, HANG
     holds it open until the client closes it."""
 
-    def __init__(self, answers):
+    def __init__(self, answers, tls: ssl.SSLContext | None = None):
         self.answers, self.requests, self.connections = list(answers), [], 0
+        self.tls = tls
 
     async def __aenter__(self):
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/"
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        scheme = "https" if self.tls else "http"
+        self.url = f"{scheme}://localhost:{self.server.sockets[0].getsockname()[1]}/v1/"
         return self
 
     async def __aexit__(self, *exc):
@@ -152,3 +157,56 @@ def test_an_unused_https_client_pickles_like_the_simulator_around_it():
 
     client = pickle.loads(pickle.dumps(KeepAliveClient("https://api.example.com/v1", {"Authorization": "Bearer k"})))
     assert client.endpoint.tls and client.endpoint.port == 443 and client.endpoint.path == "/v1"
+
+
+def self_signed(folder):
+    """A certificate for localhost, signed by its own key (cryptography is in the locked environment)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert_file, key_file)
+    return cert_file, server
+
+
+@pytest.mark.asyncio
+async def test_https_verifies_the_server_and_keeps_its_tls_connection_alive(tmp_path, monkeypatch):
+    cert_file, server_tls = self_signed(tmp_path)
+    chunked = OK_HEAD + b'Transfer-Encoding: chunked\r\n\r\n3\r\n{"a\r\n5\r\n": 2}\r\n0\r\n\r\n'
+    answers = [OK_HEAD + b'Content-Length: 8\r\n\r\n{"a": 1}', chunked]
+    async with ScriptedServer(answers, tls=server_tls) as server:
+        untrusted = KeepAliveClient(server.url, {})  # the system's CAs only: the self-signed server is refused
+        with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
+            await post(untrusted)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # how a user trusts a private CA, read by OpenSSL
+        client = KeepAliveClient(server.url, {"Authorization": "Bearer k"})
+        assert [await post(client) for _ in answers] == [(200, b'{"a": 1}'), (200, b'{"a": 2}')]
+        await client.aclose()
+    assert server.connections == 1  # the refused handshake never got this far; one TLS connection for both
+    assert [r[0] for r in server.requests] == ["POST /v1/chat/completions HTTP/1.1"] * 2
+    assert server.requests[0][1]["Authorization"] == "Bearer k"

@@ -41,7 +41,7 @@ def test_quick_run_reports_every_figure_against_its_roofline(tiny_model_dir, tmp
     ]
     new = result["settings"]["new_tokens"]
     for run in result["runs"]:
-        for name in ("sead", "generate"):
+        for name in ("sead", "sead_unpacked", "generate"):
             decode, prefill = run["decode"][name], run["prefill"][name]
             assert decode["new_tokens"] == run["rows"] * new, (run["dtype"], run["rows"], name)  # no early stop
             assert 0 < decode["in_forward"] <= 1 and positive(prefill["s"])  # the decode steps lie inside the decode

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from sead.errors import SEADInputError
-from sead.policy.hf import weights_version
+from sead.models.weights import weights_version
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo names of native bf16 arithmetic
 REPORTED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", *BF16_CPU_FLAGS, "amx_tile")

@@ -17,10 +17,14 @@ the positions not decoded yet, and position ids that continue each row's own seq
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from sead.dialogue.agent import AgentOutput, AgentRequest, BatchingPolicy
 from sead.models.attention import NAME as ATTENTION
+from sead.models.packed_linear import PackedLinears
+from sead.models.weights import weights_version
 from sead.policy.sampling import pick_tokens
 from sead.policy.settings import SamplingConfig
 from sead.policy.turn_cache import BatchCache, CachedTurn, TurnCache
@@ -42,11 +46,6 @@ def prompt_mask(attn: torch.Tensor, start: int, n: int) -> torch.Tensor:
     return (attn[:, None, None, :] & (keys <= cols)) | (keys == cols)
 
 
-def weights_version(model) -> int:
-    """Changes with every in-place update of the parameters (their version counters)."""
-    return sum(p._version for p in model.parameters())
-
-
 class HFPolicy(BatchingPolicy):
     name = "hf"
 
@@ -61,6 +60,7 @@ class HFPolicy(BatchingPolicy):
         share_prefix: bool = True,
         min_prefix: int = 16,
         turn_cache_mb: float = 4096,
+        pack_weights: bool = True,
     ):
         super().__init__(max_batch)
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
@@ -68,6 +68,7 @@ class HFPolicy(BatchingPolicy):
         self.share_prefix, self.min_prefix = share_prefix, min_prefix
         self._prefix: tuple[tuple, tuple[int, ...], list] | None = None  # (weights version, prefix ids, its KV)
         self.turns = TurnCache(turn_cache_mb)
+        self.packed = PackedLinears(model) if pack_weights else None  # oneDNN-packed weights while sampling
         self.generated_tokens = 0
 
     def identity(self) -> dict:
@@ -76,6 +77,10 @@ class HFPolicy(BatchingPolicy):
 
     @torch.no_grad()
     def sample(self, requests: list[AgentRequest]) -> list[AgentOutput]:
+        with self.packed.active() if self.packed else contextlib.nullcontext():
+            return self._sample(requests)
+
+    def _sample(self, requests: list[AgentRequest]) -> list[AgentOutput]:
         model = self.model
         was_training = model.training
         model.eval()
