@@ -1,17 +1,13 @@
 """benchmarks/eval_pass.py on the tiny model: every arm runs `sead eval` end to end, and turning packing off
 (bit-equal in bf16, with the same batches) plays the same dialogues. No timing is asserted."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_pass.py"
+from benchmark_scripts import load_benchmark
 
 
 def test_every_arm_plays_the_pass_and_the_figures_are_written(tiny_model_dir, tmp_path):
-    spec = importlib.util.spec_from_file_location("eval_pass_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("eval_pass")
     out = tmp_path / "eval_pass.json"
     overrides = ["eval.limit=2", "eval.max_turns=2", "eval.max_new_tokens=8", f"eval.testset_dir={tmp_path}"]
     module.main([str(tiny_model_dir), *overrides, "--repeats", "1", "--out", str(out)])

@@ -2,13 +2,12 @@
 --quick mode on the tiny model (one saved warm-up that every arm starts from, step budgets, the report). The tiny
 model completes nothing, so no learning is asserted: only that the experiment is the one it claims to be."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from benchmark_scripts import load_benchmark
 from safetensors.torch import load_file
 
 from sead.config import load_config
@@ -16,21 +15,12 @@ from sead.metrics import mcnemar_exact, wilson_interval
 from sead.run.layout import RunLayout
 from sead.run.paired import paired_comparison, validation_outcomes
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning_curve.py"
 QUICK_STEPS, QUICK_DIALOGUES = 2, 3 * 2  # --quick: 2 GRPO steps, 3 held-out profiles x 2 trials
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("learning_curve_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass resolves its annotations through the module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script()
+    return load_benchmark("learning_curve")
 
 
 @pytest.fixture(scope="module")

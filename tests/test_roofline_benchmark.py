@@ -1,19 +1,10 @@
 """benchmarks/roofline.py end to end in its --quick mode on the tiny model: every figure is there, positive, and
 set against a finite roofline. No timing is asserted (tests are not timers)."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "roofline.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("roofline_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmark_scripts import load_benchmark
 
 
 def positive(x) -> bool:
@@ -22,7 +13,7 @@ def positive(x) -> bool:
 
 def test_quick_run_reports_every_figure_against_its_roofline(tiny_model_dir, tmp_path):
     out = tmp_path / "roofline.json"
-    load_script().main(["--quick", "--model", str(tiny_model_dir), "--out", str(out)])
+    load_benchmark("roofline").main(["--quick", "--model", str(tiny_model_dir), "--out", str(out)])
     result = json.loads(out.read_text())
     assert out.with_suffix(".png").stat().st_size > 0
 

@@ -1,17 +1,13 @@
 """benchmarks/update_step.py on the tiny model: both ways of getting the old log-probs end at the same weights,
 and both are timed. No timing is asserted (tests are not timers)."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "update_step.py"
+from benchmark_scripts import load_benchmark
 
 
 def test_the_update_with_and_without_the_old_log_prob_pass_ends_at_the_same_weights(tiny_model_dir, tmp_path):
-    spec = importlib.util.spec_from_file_location("update_step_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("update_step")
     out = tmp_path / "update_step.json"
     module.main(["--model", str(tiny_model_dir), "--sequences", "4", "--repeats", "1", "--out", str(out)])
     result = json.loads(out.read_text())
