@@ -43,6 +43,7 @@ def test_bf16_packed_sampling_is_bit_equal_to_plain_linear(tiny_bf16, sampling):
     assert packed.packed.enabled == ONEDNN_BF16  # without oneDNN bf16 kernels the plain path is the only one
     assert dialogues(packed, tok) == dialogues(HFPolicy(model, tok, sampling, pack_weights=False), tok)
     assert not swapped(model)  # every layer has its own forward again
+    assert HFPolicy(model, tok, sampling).packed is packed.packed  # one set of packs per model
 
 
 def test_linears_compute_from_packs_only_inside_the_block_even_when_it_fails(tiny_bf16):

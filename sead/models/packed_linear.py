@@ -15,6 +15,7 @@ weights change (their version counters), e.g. after every update of the rollout 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from functools import partial
 
 import torch
@@ -36,6 +37,15 @@ def _packed_forward(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Te
 
 
 class PackedLinears:
+    _shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its packs, for `for_model`
+
+    @classmethod
+    def for_model(cls, model) -> PackedLinears:
+        """The packs of `model`, one set however many policies sample from it (training and validation do)."""
+        if model not in cls._shared:
+            cls._shared[model] = cls(model)
+        return cls._shared[model]
+
     def __init__(self, model, dtypes=PACKED_DTYPES):
         self.model = model
         self.dtypes = dtypes

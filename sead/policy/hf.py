@@ -68,7 +68,7 @@ class HFPolicy(BatchingPolicy):
         self.share_prefix, self.min_prefix = share_prefix, min_prefix
         self._prefix: tuple[tuple, tuple[int, ...], list] | None = None  # (weights version, prefix ids, its KV)
         self.turns = TurnCache(turn_cache_mb)
-        self.packed = PackedLinears(model) if pack_weights else None  # oneDNN-packed weights while sampling
+        self.packed = PackedLinears.for_model(model) if pack_weights else None  # oneDNN-packed weights while sampling
         self.generated_tokens = 0
 
     def identity(self) -> dict:
