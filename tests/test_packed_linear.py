@@ -46,6 +46,18 @@ def test_bf16_packed_sampling_is_bit_equal_to_plain_linear(tiny_bf16, sampling):
     assert HFPolicy(model, tok, sampling).packed is packed.packed  # one set of packs per model
 
 
+def test_the_shared_packs_do_not_keep_a_model_alive():
+    import gc
+    import weakref
+
+    model = nn.Sequential(nn.Linear(8, 8)).to(torch.bfloat16)
+    PackedLinears.for_model(model)
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None
+
+
 def test_linears_compute_from_packs_only_inside_the_block_even_when_it_fails(tiny_bf16):
     model, _ = tiny_bf16
     packs = PackedLinears(model)

@@ -47,9 +47,13 @@ class PackedLinears:
         return cls._shared[model]
 
     def __init__(self, model, dtypes=PACKED_DTYPES):
-        self.model = model
+        self._model = weakref.ref(model)  # a strong one would keep the model alive through `_shared`
         self.dtypes = dtypes
         self._packs: dict[str, tuple[tuple, torch.Tensor]] = {}  # name -> (weight identity, packed weight)
+
+    @property
+    def model(self):
+        return self._model()
 
     @property
     def enabled(self) -> bool:
