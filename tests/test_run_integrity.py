@@ -265,7 +265,13 @@ def test_resume_of_a_folder_without_a_run_says_so(tmp_path, capsys):
 def test_ctrl_c_prints_the_resume_command_and_leaves_a_run_that_resumes(tmp_path):
     run, args = tmp_path / "run", [*TINY[:-1], "trainer.iterations=3"]
     proc = subprocess.Popen(
-        [SEAD, "train", *args, f"run_dir={run}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [SEAD, "train", *args, f"run_dir={run}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # as from a terminal: a test runner started in the background (`cmd &`) ignores SIGINT, and its children
+        # would inherit that and never see the Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 300
     while not (RunLayout(run).metrics.exists() and reward_steps(run)):
