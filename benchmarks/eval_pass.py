@@ -29,6 +29,7 @@ from rich.console import Console
 
 from sead.cli.eval_commands import eval_cmd
 from sead.config import load_config
+from sead.dialogue.rollout_log import read_rollouts
 from sead.models.packed_linear import PackedLinears
 from sead.models.precision import cpu_info
 
@@ -41,11 +42,7 @@ ARMS = {
 
 def token_segments(folder: Path) -> dict[str, list]:
     """Every dialogue's token segments (ids, training mask, sampled log-probs), by episode id."""
-    out = {}
-    for line in (folder / "dialogues.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        out[rec["meta"]["episode_id"]] = rec["segments"]
-    return out
+    return {rec["meta"]["episode_id"]: rec["segments"] for rec in read_rollouts(folder / "dialogues.jsonl")}
 
 
 def one_pass(model: str, arm: str, out_dir: Path, overrides: list[str]) -> tuple[float, dict]:
