@@ -4,6 +4,8 @@ with and without GRPO, on the same held-out dialogues, compared dialogue by dial
     .venv/bin/python benchmarks/learning_curve.py [--steps 4] [--warmup-dialogues 192] [--out DIR] [OVERRIDE ...]
     .venv/bin/python benchmarks/learning_curve.py --report-only   # re-read finished phases, rewrite JSON + PNG
     .venv/bin/python benchmarks/learning_curve.py --quick --out /tmp/lc   # the whole pipeline on the tiny model
+    .venv/bin/python benchmarks/learning_curve.py --development --out DIR [--warmup-from RUN] [--phases ...]
+        # recipe choices are made here: the development seed, results next to DIR, never the held-out set
 
 Phases, each a run directory under --out made by the Trainer itself (validation, metrics, warm-up reuse):
 - base:            the model before any training (a reference point);
@@ -30,7 +32,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sead.run.layout import RunLayout
+from sead.run.layout import RunLayout, WarmupFolder
 
 HERE = Path(__file__).resolve().parent
 console = Console()
@@ -121,7 +123,7 @@ class Phase:
 
 
 def phases(args) -> list[Phase]:
-    warm = f"trainer.warmup.reuse={RunLayout(args.out / 'warmup').warmup.path}"
+    warm = f"trainer.warmup.reuse={RunLayout(args.warmup_from or args.out / 'warmup').warmup.path}"
     measure_only = ("trainer.iterations=0", "trainer.validation.at_start=true")
     no_measurement = ("trainer.iterations=0", "trainer.validation.at_start=false")  # warmup_only measures it
     n = args.steps
@@ -152,7 +154,14 @@ def overrides(args, phase: Phase) -> list[str]:
 
 
 def held_out_set(args) -> dict:
-    return {"profiles": args.profiles, "trials": args.trials, "seed": DEVELOPMENT_SEED if args.quick else HELD_OUT_SEED}
+    seed = DEVELOPMENT_SEED if args.quick or args.development else HELD_OUT_SEED
+    return {"profiles": args.profiles, "trials": args.trials, "seed": seed}
+
+
+def chosen_phases(args) -> list[Phase]:
+    """--phases, minus the warm-up when another run's (--warmup-from) stands in for it."""
+    wanted = set(args.phases or PHASES) - ({"warmup"} if args.warmup_from else set())
+    return [p for p in phases(args) if p.name in wanted]
 
 
 def run_phase(args, phase: Phase) -> None:
@@ -279,7 +288,8 @@ def collect(out: Path) -> dict:
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
     ran = [n for n in PHASES if RunLayout(out / n).machine.exists()]
     anchor = configs.get("grpo_fixed") or next(iter(configs.values()))
-    warm = RunLayout(out / "warmup").warmup.summary
+    reused = anchor["trainer"]["warmup"]["reuse"]  # the warm-up the arms started from (--warmup-from or out/warmup)
+    warm = WarmupFolder(Path(reused)).summary if reused else RunLayout(out / "warmup").warmup.summary
     return {
         "held_out": {k: anchor["trainer"]["validation"][k] for k in ("profiles", "trials", "seed")},
         "model": anchor["model"]["preset"],
@@ -386,6 +396,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the tiny random model, small budgets, the development seed")
     ap.add_argument(
+        "--development",
+        action="store_true",
+        help="measure on the development seed, for choosing a recipe; results go next to --out, not into benchmarks/",
+    )
+    ap.add_argument("--phases", nargs="+", choices=PHASES, help="run only these phases (default: all)")
+    ap.add_argument(
+        "--warmup-from", type=Path, help="a finished warmup phase's run to start the arms from (skips the warmup phase)"
+    )
+    ap.add_argument(
         "--warmup-dialogues", type=int, help=f"reference dialogues played for the warm-up ({FULL['warmup_dialogues']})"
     )
     ap.add_argument("--steps", type=int, help=f"GRPO steps of each RL arm ({FULL['steps']})")
@@ -400,7 +419,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.out = args.out.resolve()
-    args.results = args.results or (args.out if args.quick else HERE) / "learning_curve"
+    if args.warmup_from:
+        args.warmup_from = args.warmup_from.resolve()
+        if not RunLayout(args.warmup_from).warmup.summary.exists():
+            ap.error(f"--warmup-from {args.warmup_from}: no finished warm-up there")
+    args.results = args.results or (args.out if args.quick or args.development else HERE) / "learning_curve"
     return args
 
 
@@ -411,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
 
         console.print(f"CPU: {cpu_info()['model']}; held-out set {held_out_set(args)}")
         args.out.mkdir(parents=True, exist_ok=True)
-        for phase in phases(args):
+        for phase in chosen_phases(args):
             run_phase(args, phase)
     result = collect(args.out)
     json_path, png_path = args.results.with_suffix(".json"), args.results.with_suffix(".png")

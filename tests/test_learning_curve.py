@@ -180,3 +180,28 @@ def test_a_rerun_reuses_finished_phases_and_refuses_one_run_with_other_settings(
     assert json.loads((out / "again.json").read_text())["comparisons"] == result["comparisons"]
     with pytest.raises(SystemExit, match=r"base was run with other settings \(reward.format 0.1 -> 0.3"):
         script.main(["--quick", "--out", str(out), "reward.format=0.3"])
+
+
+def test_the_development_mode_measures_on_the_development_seed_and_reports_beside_its_runs(script, tmp_path):
+    args = script.parse_args(["--development", "--profiles", "50", "--out", str(tmp_path)])
+    assert script.held_out_set(args) == {"profiles": 50, "trials": 1, "seed": script.DEVELOPMENT_SEED}
+    assert args.results == tmp_path / "learning_curve"  # never over the held-out figures in benchmarks/
+    for phase in script.phases(args):
+        assert load_config(script.overrides(args, phase)).trainer.validation.seed == script.DEVELOPMENT_SEED
+
+
+def test_an_arm_can_start_from_another_runs_warm_up_and_run_alone(script, quick, tmp_path):
+    """How recipes are compared in development: one warm-up, each candidate arm in its own --out."""
+    out, _ = quick
+    with pytest.raises(SystemExit):  # argparse's error: a folder without a finished warm-up
+        script.parse_args(["--quick", "--warmup-from", str(tmp_path), "--out", str(tmp_path / "x")])
+    other = tmp_path / "candidate"
+    args = ["--quick", "--warmup-from", str(out / "warmup"), "--phases", "warmup", "grpo_fixed", "--out", str(other)]
+    script.main([*args, "trainer.update.lr=3e-5"])
+    assert sorted(p.name for p in other.iterdir() if p.is_dir()) == ["grpo_fixed"]  # the warm-up was not run again
+    result = json.loads((other / "learning_curve.json").read_text())
+    assert list(result["arms"]) == ["grpo_fixed"] and result["config"]["trainer"]["update"]["lr"] == 3e-5
+    assert result["warmup"] == json.loads(RunLayout(out / "warmup").warmup.summary.read_text())
+    assert json.loads(RunLayout(other / "grpo_fixed").warmup.summary.read_text())["reused_from"] == str(
+        RunLayout(out / "warmup").warmup.path
+    )

@@ -24,6 +24,11 @@ class EpisodeJob:
     seed: int
     episode_id: str
     group: int = 0  # GRPO group: rollouts of one profile share it
+    # A branched group's member: these agent turns are replayed (as context, untrained) before the agent speaks,
+    # with the user answering from `seed` as in the source dialogue; the agent samples from `agent_seed`.
+    prefix: tuple[str, ...] = ()
+    agent_seed: int | None = None
+    branched_from: str | None = None  # the source dialogue's episode id
 
 
 async def run_batch(
@@ -54,9 +59,13 @@ async def run_batch(
                 cfg=cfg,
                 seed=job.seed,
                 episode_id=job.episode_id,
-                cache=cache,
+                cache=None if job.prefix else cache,  # cached replies would not replay the prefix
+                prefix=job.prefix,
+                agent_seed=job.agent_seed,
             )
         ep.meta["group"] = job.group
+        if job.branched_from is not None:
+            ep.meta["branched_from"] = job.branched_from
         if score is not None:
             ep.meta["reward"] = score(ep)
         if log is not None:

@@ -97,14 +97,15 @@ class ChatTokens:
         return self.segments[-1].ids
 
     # -- turns ----------------------------------------------------------------------------------------------
-    def add_agent(self, sampled: list[int], logprobs: list[float] | None = None) -> str:
-        """Append the agent's sampled ids; return the message text (without the end-of-turn token)."""
+    def add_agent(self, sampled: list[int], logprobs: list[float] | None = None, *, trained: bool = True) -> str:
+        """Append the agent's sampled ids; return the message text (without the end-of-turn token). `trained=False`:
+        an agent turn replayed as context (a branched group's prefix), with mask 0 like the user's turns."""
         eos = self.tok.eos_token_id
         stopped = bool(sampled) and sampled[-1] == eos
         content_ids = sampled[:-1] if stopped else sampled
         content = self.tok.decode(content_ids, skip_special_tokens=False)
         seg = self.segments[-1]
-        seg.extend(list(sampled), trained=True, logprobs=logprobs)
+        seg.extend(list(sampled), trained=trained, logprobs=logprobs if trained else None)
         self.messages.append({"role": "assistant", "content": content})
         before, rendered = self._renderer.extend(self._segment_messages(), False)
         head = before + content

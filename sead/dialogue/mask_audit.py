@@ -75,5 +75,6 @@ def render_html(record: dict, tokenizer) -> str:
         ".trained{background:#b6f2b6} .masked{color:#777}</style>"
         f"<h2>Mask audit: episode {html.escape(str(record.get('meta', {}).get('episode_id', '')))}, {outcome}</h2>"
         "<p><span class='trained'>green: trained (sampled by the agent)</span> · "
-        "<span class='masked'>grey: context only (prompt, user turns, template glue)</span></p>" + "".join(parts)
+        "<span class='masked'>grey: context only (prompt, user turns, template glue, "
+        "a branch's replayed agent turns)</span></p>" + "".join(parts)
     )

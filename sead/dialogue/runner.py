@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from sead.config import number, one_of
 from sead.dialogue.agent import AgentPolicy, AgentRequest
-from sead.dialogue.chat_tokens import ChatTokens, ContextOverflow
+from sead.dialogue.chat_tokens import ChatTokens, ContextOverflow, plain_ids
 from sead.dialogue.episode import USER_REPORTS, Episode, Turn
 from sead.dialogue.response_cache import ResponseCache, ResponseCacheConfig
 from sead.dialogue.seeds import turn_seed
@@ -101,7 +101,11 @@ async def run_episode(
     seed: int,
     episode_id: str = "",
     cache: ResponseCache | None = None,
+    prefix: tuple[str, ...] = (),
+    agent_seed: int | None = None,
 ) -> Episode:
+    """One dialogue. `prefix`: agent turns (tagged text) replayed before the agent speaks, trained on by no one;
+    `agent_seed`: the agent's sampling seed where it is not the dialogue's `seed` (which the user answers from)."""
     t_start = time.perf_counter()
     timing = {"agent_s": 0.0, "user_s": 0.0}
     tokens = {"agent_prompt": 0, "agent_completion": 0, "user_prompt": 0, "user_completion": 0}
@@ -117,6 +121,9 @@ async def run_episode(
         "tokenizer": getattr(tokenizer, "name_or_path", None) or None,
         USER_REPORTS: [],
     }
+    if prefix:
+        meta["prefix_turns"] = len(prefix)
+    sampling_seed = seed if agent_seed is None else agent_seed
     end = "turn_limit"
     for turn_index in range(cfg.max_turns):
         try:
@@ -129,16 +136,20 @@ async def run_episode(
                 ) from None
             end = "context_overflow"
             break
-        t0 = time.perf_counter()
-        out = await agent.generate(
-            AgentRequest(
-                list(chat.prompt_ids), [dict(m) for m in chat.messages], cfg.max_new_tokens, turn_seed(seed, turn_index)
+        if turn_index < len(prefix):
+            eos = tokenizer.eos_token_id  # the turn closes as a sampled one would
+            replayed = plain_ids(tokenizer, prefix[turn_index]) + ([eos] if eos is not None else [])
+            agent_turn = scenario.tags.parse_agent(chat.add_agent(replayed, trained=False))
+        else:
+            t0 = time.perf_counter()
+            request_seed = turn_seed(sampling_seed, turn_index)
+            out = await agent.generate(
+                AgentRequest(list(chat.prompt_ids), [dict(m) for m in chat.messages], cfg.max_new_tokens, request_seed)
             )
-        )
-        timing["agent_s"] += time.perf_counter() - t0
-        tokens["agent_prompt"] += len(chat.prompt_ids)
-        tokens["agent_completion"] += len(out.token_ids)
-        agent_turn = scenario.tags.parse_agent(chat.add_agent(out.token_ids, out.logprobs))
+            timing["agent_s"] += time.perf_counter() - t0
+            tokens["agent_prompt"] += len(chat.prompt_ids)
+            tokens["agent_completion"] += len(out.token_ids)
+            agent_turn = scenario.tags.parse_agent(chat.add_agent(out.token_ids, out.logprobs))
         if not agent_turn.has_response and cfg.on_malformed == "end":
             turns.append(Turn(agent_turn))
             end = "format_error"

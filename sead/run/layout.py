@@ -8,6 +8,7 @@ here and nowhere else:
   usersim.json                  the user simulator's identity and settings
   machine.json                  CPU, flags, torch, threads and the precision chosen, one record per start (embedded)
   rollouts/step_NNNNNN.jsonl    every training dialogue (profile, transcript, statuses, reward, token ids + mask)
+  rollouts/branches_NNNNNN.jsonl  the step's branched dialogues (trainer.branch), which start from a replayed prefix
   validation/iter_NNN.json(l)   validation dialogues (.jsonl) and their metrics (.json); 0 = before training
   validation/base.json(l)       the same for the base model, before a warm-up (trainer.validation.before_warmup)
   controller/                   update reports (JSON + heat map); state_iter_NNN.json after each iteration
@@ -98,6 +99,9 @@ class RunLayout:
 
     def rollouts(self, step: int) -> Path:
         return self.rollouts_dir / f"step_{step:06d}.jsonl"
+
+    def branch_rollouts(self, step: int) -> Path:
+        return self.rollouts_dir / f"branches_{step:06d}.jsonl"
 
     def rollout_files(self) -> list[Path]:
         return sorted(self.rollouts_dir.glob("step_*.jsonl"))

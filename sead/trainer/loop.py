@@ -33,6 +33,7 @@ from sead.run.steps import StepRecord, finish_step, write_controller_state, writ
 from sead.run.validation_table import changes, user_side, validation_table, with_ci
 from sead.scenario.profiles import Profile
 from sead.trainer import lora
+from sead.trainer.branching import branch_jobs
 from sead.trainer.budget import TrainingBudget
 from sead.trainer.checkpoint import load_training_state, save_checkpoint
 from sead.trainer.schema import TrainerConfig
@@ -266,12 +267,27 @@ class Trainer:
                 return eps, checked, refills
             refills += 1
 
+    async def _branches(self, eps, progress) -> list:
+        """The step's branched groups (trainer.branch), cut from its own dialogues `eps`; [] where off."""
+        jobs = branch_jobs(
+            eps,
+            self.tc.branch,
+            run_seed=int(self.cfg.seed),
+            step=self.step,
+            first_group=1 + max(e.meta["group"] for e in eps),
+        )
+        if not jobs:
+            return []
+        log = self.layout.branch_rollouts(self.step)
+        return await self._play(jobs, self.policy, log, progress, f"step {self.step} branches")
+
     async def train_step(self, progress) -> StepRecord:
         t0 = time.perf_counter()
         tokens_before = self.policy.generated_tokens
         eps, checked, refills = await self._rollouts(progress)
+        branches = await self._branches(eps, progress)
         t_roll = time.perf_counter() - t0
-        scored = [e for e in eps if e.meta["reward"] is not None]  # scored as each dialogue ended
+        scored = [e for e in eps + branches if e.meta["reward"] is not None]  # scored as each dialogue ended
         if not scored:
             raise RuntimeError("every dialogue of this step ended in a user-simulator error; check the simulator")
         seqs, group_counts = self.updater.estimator.sequences(
@@ -280,10 +296,13 @@ class Trainer:
         t1 = time.perf_counter()
         update = self.updater.step(seqs)
         t_upd = time.perf_counter() - t1
-        record = finish_step(
+        record = finish_step(  # whole dialogues only: a branch does not start where a user starts
             eps, controller=self.controller, space=self.scenario.space, layout=self.layout, monitor=self.monitor
         )
         record.update = {**update, **group_counts, "refill_rounds": refills}
+        if branches:
+            won = [e.success for e in branches if not e.sim_error]
+            record.update["branches"] = {"dialogues": len(branches), "CR": sum(won) / len(won) if won else None}
         record.plausibility = checked
         record.response_cache = self.cache.step_counts() if self.cache else None
         record.gen_tokens_per_s = (self.policy.generated_tokens - tokens_before) / max(t_roll, 1e-9)
@@ -369,7 +388,8 @@ def _summary(step: int, total: int, r: StepRecord) -> str:
         f"step {step}/{total}  reward {r.reward:.3f}  CR {_fmt(r.CR)}  "
         + (f"ACK {_fmt(r.ACK)}  " if r.ACK is not None else "")
         + f"turns {_fmt(r.turns)}  "
-        f"{update}  gen {r.gen_tokens_per_s:.1f} tok/s  "
+        + (f"branches CR {_fmt(b['CR'])}  " if (b := u.get("branches")) else "")
+        + f"{update}  gen {r.gen_tokens_per_s:.1f} tok/s  "
         f"rollout {t['rollout_s']:.0f}s update {t['update_s']:.0f}s"
         + (f"  | controller: {r.controller_update}" if r.controller_update else "")
         + (

@@ -49,6 +49,16 @@ class UpdateConfig:
 
 
 @dataclass
+class BranchConfig:
+    """Branched GRPO groups (sead/trainer/branching.py): after a step's dialogues, `groups` of them (failed ones
+    first) are cut at an agent turn and continued `size` times from there; those groups train only the turns after
+    the cut. 0 = off."""
+
+    groups: int = number(0, ge=0)
+    size: int = number(4, ge=2)  # a group of one has no advantage
+
+
+@dataclass
 class WarmupConfig:
     dialogues: int = number(0, ge=0)  # 0 = no warm-up
     epochs: int = number(1, ge=1)
@@ -98,6 +108,7 @@ class TrainerConfig:
     max_minutes: float | None = number(None, gt=0)
     sampling: RolloutSampling = field(default_factory=RolloutSampling)
     update: UpdateConfig = field(default_factory=UpdateConfig)
+    branch: BranchConfig = field(default_factory=BranchConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)

@@ -1,0 +1,55 @@
+"""Branched GRPO groups: several continuations of one dialogue prefix, so a group's rewards differ only by what the
+agent did after the cut, and its advantages credit those turns alone.
+
+A full-dialogue group spends most of its tokens on openings the policy already handles, and where the policy fails
+late, all of its members may fail alike (no gradient). A branched group starts where one of the step's own failed
+dialogues went wrong: it replays that dialogue's first k agent turns (context, mask 0; the user answers from the
+source dialogue's seed, so with a deterministic simulator the prefix is the same dialogue) and lets the agent
+continue `size` times with its own sampling seeds. The controller never sees these dialogues: they do not start
+where a user starts.
+"""
+
+from __future__ import annotations
+
+import random
+
+from sead.dialogue.batch import EpisodeJob
+from sead.dialogue.episode import Episode
+from sead.dialogue.seeds import branch_agent_seed
+from sead.trainer.schema import BranchConfig
+
+
+def branch_points(episodes: list[Episode], groups: int, rng: random.Random) -> list[tuple[Episode, int]]:
+    """(source dialogue, agent turns replayed) for up to `groups` groups: failed dialogues first, then won ones,
+    each shuffled; the cut is uniform over the turns after the first and up to the last, so at least one of the
+    source's turns is replayed and at least its last one is played again."""
+    usable = [e for e in episodes if not e.sim_error and e.num_turns >= 2]
+    failed, won = [e for e in usable if not e.success], [e for e in usable if e.success]
+    rng.shuffle(failed)
+    rng.shuffle(won)
+    return [(e, rng.randint(1, e.num_turns - 1)) for e in (failed + won)[:groups]]
+
+
+def branch_jobs(
+    episodes: list[Episode], cfg: BranchConfig, *, run_seed: int, step: int, first_group: int
+) -> list[EpisodeJob]:
+    """The step's branched dialogues: `cfg.size` continuations of each chosen prefix, one GRPO group per prefix
+    (numbered from `first_group`, after the step's full-dialogue groups)."""
+    rng = random.Random(f"branch/{run_seed}/{step}")
+    jobs = []
+    for g, (source, kept) in enumerate(branch_points(episodes, cfg.groups, rng)):
+        group = first_group + g
+        prefix = tuple(t.agent.text for t in source.turns[:kept])
+        jobs += [
+            EpisodeJob(
+                source.profile,
+                seed=source.meta["seed"],
+                episode_id=f"s{step}-b{g}-r{b}",
+                group=group,
+                prefix=prefix,
+                agent_seed=branch_agent_seed(run_seed, step, group, b, cfg.size),
+                branched_from=source.meta["episode_id"],
+            )
+            for b in range(cfg.size)
+        ]
+    return jobs

@@ -1,0 +1,137 @@
+"""Branched GRPO groups (trainer.branch): a replayed prefix is the source dialogue and stays untrained, branches
+sample apart from one another while the user answers as in the source, and the loop trains on them without
+showing them to the controller."""
+
+import asyncio
+import json
+import random
+
+import pytest
+from dialogue_fixtures import agent, user
+
+from sead.config import build_usersim, load_config
+from sead.dialogue.episode import Episode, Turn
+from sead.dialogue.runner import RunnerConfig, run_episode
+from sead.dialogue.seeds import train_episode_seed
+from sead.eval.testset import sample_testset
+from sead.policy.adversarial import EchoAgent
+from sead.policy.scripted import ReferenceAgent
+from sead.run.layout import RunLayout
+from sead.scenario.profiles import Profile
+from sead.trainer.branching import branch_jobs, branch_points
+from sead.trainer.loop import train
+from sead.trainer.schema import BranchConfig
+
+
+def play(scenario, policy, profile, tok, seed, **kw):
+    cfg = RunnerConfig(max_turns=10, max_new_tokens=300, max_context_tokens=8192)
+    sim = build_usersim(load_config([]), scenario)
+    return asyncio.run(
+        run_episode(profile, scenario=scenario, agent=policy, user=sim, tokenizer=tok, cfg=cfg, seed=seed, **kw)
+    )
+
+
+def trained_texts(ep: Episode, tok) -> list[str]:
+    """The decoded runs of mask-1 tokens: one per sampled agent turn."""
+    runs, cur = [], []
+    for seg in ep.segments:
+        for i, m in zip(seg.ids, seg.mask):
+            if m:
+                cur.append(i)
+            elif cur:
+                runs.append(cur)
+                cur = []
+    return [tok.decode(r, skip_special_tokens=True) for r in runs + ([cur] if cur else [])]
+
+
+@pytest.fixture(scope="module")
+def source(restaurant, smollm_tokenizer):
+    """A reference-agent dialogue of at least four turns."""
+    for i, profile in enumerate(sample_testset(restaurant, 40, 5)):
+        ep = play(restaurant, ReferenceAgent(restaurant, smollm_tokenizer), profile, smollm_tokenizer, seed=1000 + i)
+        if ep.num_turns >= 4:
+            return ep
+    raise AssertionError("no reference dialogue of four turns among 40 profiles")
+
+
+def test_a_replayed_prefix_is_the_source_dialogue_and_only_what_follows_is_trained(
+    restaurant, smollm_tokenizer, source
+):
+    kept = 2
+    prefix = tuple(t.agent.text for t in source.turns[:kept])
+    # another agent continues: its turns, and only its turns, are trained
+    other = EchoAgent(restaurant, smollm_tokenizer)
+    seed = source.meta["seed"]
+    branch = play(restaurant, other, source.profile, smollm_tokenizer, seed, prefix=prefix, agent_seed=-5)
+    assert [t.agent.text for t in branch.turns[:kept]] == list(prefix)
+    assert [t.user.text for t in branch.turns[:kept]] == [t.user.text for t in source.turns[:kept]]
+    assert branch.meta["prefix_turns"] == kept
+    trained = trained_texts(branch, smollm_tokenizer)
+    assert trained == [t.agent.text for t in branch.turns[kept:]] and trained
+    assert branch.tokens["agent_completion"] == sum(sum(s.mask) for s in branch.segments)
+    # the same (deterministic) agent from the same prefix plays the source dialogue to its end again
+    again = play(
+        restaurant, ReferenceAgent(restaurant, smollm_tokenizer), source.profile, smollm_tokenizer, seed, prefix=prefix
+    )
+    assert [(t.agent.text, t.user and t.user.text) for t in again.turns] == [
+        (t.agent.text, t.user and t.user.text) for t in source.turns
+    ]
+    assert again.end_reason == source.end_reason
+
+
+def dialogue(n_turns: int, *, won: bool, seed: int, sim_error: bool = False) -> Episode:
+    turns = [
+        Turn(agent(1, 1, 1, min(i, 3)), user(1, 1, 1, status=int(won and i == n_turns - 1))) for i in range(n_turns)
+    ]
+    end = "sim_error" if sim_error else ("user_success" if won else "turn_limit")
+    profile = Profile.make({"cooperation": 1, "emotion": 1, "trust": 1}, [])
+    return Episode(profile, turns, end, meta={"seed": seed, "episode_id": f"src{seed}"})
+
+
+def test_branches_are_cut_from_failed_dialogues_first_and_sample_apart():
+    eps = [
+        dialogue(5, won=True, seed=1),
+        dialogue(4, won=False, seed=2),
+        dialogue(1, won=False, seed=3),  # nothing before its last turn to replay
+        dialogue(6, won=False, seed=4, sim_error=True),
+        dialogue(3, won=False, seed=5),
+    ]
+    points = branch_points(eps, 2, random.Random(0))
+    assert sorted(e.meta["seed"] for e, _ in points) == [2, 5]  # the two usable failures, before the win
+    assert [e.meta["seed"] for e, _ in branch_points(eps, 9, random.Random(0))][-1] == 1
+    jobs = branch_jobs(eps, BranchConfig(groups=3, size=4), run_seed=7, step=3, first_group=10)
+    assert len(jobs) == 12 and [j.group for j in jobs] == [g for g in (10, 11, 12) for _ in range(4)]
+    for j in jobs:
+        src = next(e for e in eps if e.meta["episode_id"] == j.branched_from)
+        assert j.seed == src.meta["seed"] and j.profile is src.profile  # the user answers as in the source
+        assert 1 <= len(j.prefix) <= src.num_turns - 1
+        assert j.prefix == tuple(t.agent.text for t in src.turns[: len(j.prefix)])
+    assert len({j.prefix for j in jobs if j.group == 10}) == 1
+    agent_seeds = {j.agent_seed for j in jobs}
+    full = {train_episode_seed(7, 3, i, k, 4) for i in range(20) for k in range(4)}
+    assert len(agent_seeds) == len(jobs) and not agent_seeds & full
+    again = branch_jobs(eps, BranchConfig(groups=3, size=4), run_seed=7, step=3, first_group=10)
+    assert [(j.prefix, j.agent_seed) for j in again] == [(j.prefix, j.agent_seed) for j in jobs]
+    assert branch_jobs(eps, BranchConfig(groups=0), run_seed=7, step=3, first_group=10) == []
+
+
+def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_only(tmp_path):
+    cfg = ["preset=tiny", "trainer.iterations=1", "trainer.steps_per_iteration=2", "dialogue.max_turns=3"]
+    cfg += ["trainer.branch.groups=2", "trainer.branch.size=3", "trainer.update.entropy_coef=0.05"]
+    layout = RunLayout(train(load_config([*cfg, f"run_dir={tmp_path / 'run'}"])))
+    steps = [json.loads(line) for line in layout.metrics.read_text().splitlines() if '"reward"' in line]
+    full = 2 * 2  # the tiny preset: 2 profiles x 2 rollouts
+    for s in steps:
+        assert s["dialogues"] == full and s["groups"] == 2 + 2  # full groups, then the branched ones
+        assert s["branches"]["dialogues"] == 2 * 3
+        branches = [Episode.from_dict(json.loads(line)) for line in layout.branch_rollouts(s["step"]).open()]
+        sources = {
+            json.loads(line)["meta"]["episode_id"]: json.loads(line) for line in layout.rollouts(s["step"]).open()
+        }
+        assert len(branches) == 6 and len(sources) == full
+        for b in branches:
+            src = Episode.from_dict(sources[b.meta["branched_from"]])
+            kept = b.meta["prefix_turns"]
+            assert [t.agent.text for t in b.turns[:kept]] == [t.agent.text for t in src.turns[:kept]]
+            assert sum(sum(seg.mask) for seg in b.segments) == b.tokens["agent_completion"] > 0
+    assert layout.rollout_files() == [layout.rollouts(1), layout.rollouts(2)]  # readers of whole dialogues
