@@ -10,7 +10,9 @@ import pytest
 from dialogue_fixtures import agent, user
 
 from sead.config import build_usersim, load_config
+from sead.dialogue.batch import run_batch
 from sead.dialogue.episode import Episode, Turn
+from sead.dialogue.mask_audit import spans
 from sead.dialogue.runner import RunnerConfig, run_episode
 from sead.dialogue.seeds import train_episode_seed
 from sead.eval.testset import sample_testset
@@ -19,7 +21,7 @@ from sead.policy.scripted import ReferenceAgent
 from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile
 from sead.trainer.branching import branch_jobs, branch_points
-from sead.trainer.loop import train
+from sead.trainer.loop import rollout_jobs, train
 from sead.trainer.schema import BranchConfig
 
 
@@ -33,15 +35,8 @@ def play(scenario, policy, profile, tok, seed, **kw):
 
 def trained_texts(ep: Episode, tok) -> list[str]:
     """The decoded runs of mask-1 tokens: one per sampled agent turn."""
-    runs, cur = [], []
-    for seg in ep.segments:
-        for i, m in zip(seg.ids, seg.mask):
-            if m:
-                cur.append(i)
-            elif cur:
-                runs.append(cur)
-                cur = []
-    return [tok.decode(r, skip_special_tokens=True) for r in runs + ([cur] if cur else [])]
+    runs = [ids for seg in ep.segments for trained, ids in spans(seg.ids, seg.mask) if trained]
+    return [tok.decode(r, skip_special_tokens=True) for r in runs]
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +130,36 @@ def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_onl
             assert [t.agent.text for t in b.turns[:kept]] == [t.agent.text for t in src.turns[:kept]]
             assert sum(sum(seg.mask) for seg in b.segments) == b.tokens["agent_completion"] > 0
     assert layout.rollout_files() == [layout.rollouts(1), layout.rollouts(2)]  # readers of whole dialogues
+
+
+def test_a_shared_user_group_meets_one_draw_of_the_user_and_samples_the_agent_apart(restaurant, smollm_tokenizer):
+    profiles = sample_testset(restaurant, 12, 3)
+    shared = rollout_jobs(profiles, run_seed=5, step=2, group_size=3, shared_user=True)
+    own = rollout_jobs(profiles, run_seed=5, step=2, group_size=3)
+    assert [j.episode_id for j in shared] == [j.episode_id for j in own] and [j.group for j in shared] == [
+        j.group for j in own
+    ]
+    for g in range(len(profiles)):
+        members = [j for j in shared if j.group == g]
+        assert len({j.seed for j in members}) == 1 and members[0].seed == own[3 * g].seed
+        assert len({j.agent_seed for j in members}) == 3
+    assert all(j.agent_seed is None for j in own)  # the original seeding, which the verl backend shares
+
+    def transcripts(jobs):
+        sim = build_usersim(load_config([]), restaurant)
+        eps = asyncio.run(
+            run_batch(
+                jobs,
+                scenario=restaurant,
+                agent=ReferenceAgent(restaurant, smollm_tokenizer),
+                user=sim,
+                tokenizer=smollm_tokenizer,
+                cfg=RunnerConfig(max_turns=10, max_new_tokens=300),
+            )
+        )
+        return [[t.user.text if t.user else None for t in e.turns] for e in eps]
+
+    # a deterministic agent: with one draw of the user the members are one dialogue; with their own, not always
+    shared_t, own_t = transcripts(shared), transcripts(own)
+    assert all(shared_t[3 * g] == shared_t[3 * g + k] for g in range(len(profiles)) for k in (1, 2))
+    assert any(own_t[3 * g] != own_t[3 * g + k] for g in range(len(profiles)) for k in (1, 2))

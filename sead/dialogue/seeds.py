@@ -30,10 +30,11 @@ def warmup_episode_seed(warmup_seed: int, index: int) -> int:
     return warmup_seed * 104_729 + index
 
 
-def branch_agent_seed(run_seed: int, step: int, group: int, branch: int, group_size: int) -> int:
-    """The agent's sampling in branch `branch` of a branched group (the user keeps its source dialogue's seed, so
-    the replayed prefix is the same and the branches differ by the agent's choices alone)."""
-    return -(run_seed * 1_000_003 + step * 10_007 + group * group_size + branch + 1)  # negative: apart from the rest
+def group_agent_seed(run_seed: int, step: int, group: int, member: int, group_size: int) -> int:
+    """The agent's sampling in member `member` of a GRPO group whose members meet one draw of the user (a branched
+    group, or trainer.group_user=shared): the user's seed is the group's, so the members differ by the agent's
+    choices alone."""
+    return -(run_seed * 1_000_003 + step * 10_007 + group * group_size + member + 1)  # negative: apart from the rest
 
 
 def turn_seed(episode_seed: int, turn_index: int) -> int:

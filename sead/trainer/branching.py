@@ -15,7 +15,7 @@ import random
 
 from sead.dialogue.batch import EpisodeJob
 from sead.dialogue.episode import Episode
-from sead.dialogue.seeds import branch_agent_seed
+from sead.dialogue.seeds import group_agent_seed
 from sead.trainer.schema import BranchConfig
 
 
@@ -47,7 +47,7 @@ def branch_jobs(
                 episode_id=f"s{step}-b{g}-r{b}",
                 group=group,
                 prefix=prefix,
-                agent_seed=branch_agent_seed(run_seed, step, group, b, cfg.size),
+                agent_seed=group_agent_seed(run_seed, step, group, b, cfg.size),
                 branched_from=source.meta["episode_id"],
             )
             for b in range(cfg.size)

@@ -16,7 +16,7 @@ from sead.config import build_controller, build_scenario, build_usersim, check_c
 from sead.controller.plausibility import check_endpoint, training_profiles
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
 from sead.dialogue.response_cache import ResponseCache
-from sead.dialogue.seeds import train_episode_seed, validation_episode_seed
+from sead.dialogue.seeds import group_agent_seed, train_episode_seed, validation_episode_seed
 from sead.metrics import HackMonitor
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, RolloutWeights
@@ -59,13 +59,18 @@ def build_models(model_cfg: ModelConfig, tc: TrainerConfig, resume: Path | None,
 
 
 def rollout_jobs(
-    profiles: list[Profile], *, run_seed: int, step: int, group_size: int, first: int = 0
+    profiles: list[Profile], *, run_seed: int, step: int, group_size: int, first: int = 0, shared_user: bool = False
 ) -> list[EpisodeJob]:
     """A training step's dialogues: `group_size` rollouts of each profile, one GRPO group per profile. `first`
-    numbers the profiles of a refill round after those already played in the step."""
+    numbers the profiles of a refill round after those already played in the step. `shared_user`: every rollout
+    of a profile meets the user its first rollout meets, and the agent samples from a seed of its own."""
     return [
         EpisodeJob(
-            p, seed=train_episode_seed(run_seed, step, i, k, group_size), episode_id=f"s{step}-p{i}-r{k}", group=i
+            p,
+            seed=train_episode_seed(run_seed, step, i, 0 if shared_user else k, group_size),
+            episode_id=f"s{step}-p{i}-r{k}",
+            group=i,
+            agent_seed=group_agent_seed(run_seed, step, i, k, group_size) if shared_user else None,
         )
         for i, p in enumerate(profiles, start=first)
         for k in range(group_size)
@@ -257,6 +262,7 @@ class Trainer:
                 step=self.step,
                 group_size=self.tc.rollouts_per_profile,
                 first=refills * self.tc.profiles_per_step,
+                shared_user=self.tc.group_user == "shared",
             )
             label = f"step {self.step} rollouts" + (f" (refill {refills})" if refills else "")
             log = self.layout.rollouts(self.step)

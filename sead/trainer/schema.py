@@ -100,6 +100,9 @@ class TrainerConfig:
     steps_per_iteration: int = number(10, ge=1)
     profiles_per_step: int = number(60, ge=1)
     rollouts_per_profile: int = number(8, ge=1)  # GRPO group size n
+    # own: each rollout of a profile meets its own draw of the user (the original); shared: a group's rollouts meet
+    # the same draws (the simulator's seed is the group's), so their rewards differ by the agent's choices alone
+    group_user: str = one_of("own", "shared")
     save_every: int = number(5, ge=1)  # steps
     max_batch: int = number(64, ge=1)  # rows per batched generation call
     turn_cache_mb: float = number(4096, ge=0)  # memory for dialogues' keys/values kept between turns (0 = off)

@@ -79,6 +79,8 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
         "trainer.update.refill_rounds": tc.update.refill_rounds > 0,
         # a second round of dialogues inside the step, from the first round's prefixes
         "trainer.branch.groups": tc.branch.groups > 0,
+        # verl's agent loop seeds each rollout of a group apart (train_episode_seed)
+        "trainer.group_user": tc.group_user != "own",
     }
     for name, on in embedded_only.items():
         if on:
