@@ -21,6 +21,7 @@ def test_every_path_of_a_run_directory_is_the_documented_one():
             "metrics": run.metrics,
             "tensorboard": run.tensorboard,
             "rollouts": run.rollouts(7),
+            "branch_rollouts": run.branch_rollouts(7),
             "validation_dialogues": run.validation_dialogues(3),
             "validation_metrics": run.validation_metrics(3),
             "controller_state": run.controller_state(2),
@@ -38,6 +39,7 @@ def test_every_path_of_a_run_directory_is_the_documented_one():
         "metrics": "metrics.jsonl",
         "tensorboard": "tensorboard",
         "rollouts": "rollouts/step_000007.jsonl",
+        "branch_rollouts": "rollouts/branches_000007.jsonl",
         "validation_dialogues": "validation/iter_003.jsonl",
         "validation_metrics": "validation/iter_003.json",
         "controller_state": "controller/state_iter_002.json",
@@ -66,6 +68,7 @@ def test_listings_read_back_what_was_written_in_numeric_order(tmp_path):
     assert json.loads(run.usersim.read_text()) == {"name": "scripted"}
     for step in (10, 2, 9):
         run.rollouts(step).write_text("")
+        run.branch_rollouts(step).write_text("")  # a step's branches are not whole dialogues: not listed with them
     for iteration in (10, 0, 9):
         run.validation_metrics(iteration).write_text("{}")
         run.validation_dialogues(iteration).write_text("")
