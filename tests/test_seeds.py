@@ -31,7 +31,7 @@ def test_each_formula_keeps_its_values():
     assert eval_episode_seed(7, 12, 2) == 7 * 1_000_003 + 12 * 101 + 2 == 7_001_235
     assert warmup_episode_seed(77, 5) == 77 * 104_729 + 5 == 8_064_138
     assert turn_seed(12345, 3) == 12_345_003
-    assert group_agent_seed(3, 5, 2, 1, 4) == -(3 * 1_000_003 + 5 * 10_007 + 2 * 4 + 1 + 1) == -3_050_054
+    assert group_agent_seed(3, 5, 2, 1) == -(3 * 1_000_003 + 5 * 10_007 + 2 * 101 + 1 + 1) == -3_050_248
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,11 @@ dialogues went wrong: it replays that dialogue's first k agent turns (context, m
 source dialogue's seed, so with a deterministic simulator the prefix is the same dialogue) and lets the agent
 continue `size` times with its own sampling seeds. The controller never sees these dialogues: they do not start
 where a user starts.
+
+Where to cut (`at`): `uniform` over the source's turns, or `setback`: at a turn after which the user lost ground
+(a state dimension it reports fell, or it hung up), read from the user's own tags, so any simulator that reports
+its state serves. A setback cut replays exactly the turn that went wrong, where the continuations' choices differ
+the most in what they earn.
 """
 
 from __future__ import annotations
@@ -19,15 +24,36 @@ from sead.dialogue.seeds import group_agent_seed
 from sead.trainer.schema import BranchConfig
 
 
-def branch_points(episodes: list[Episode], groups: int, rng: random.Random) -> list[tuple[Episode, int]]:
+def setbacks(episode: Episode) -> list[int]:
+    """Agent turns (0-based) after which the user reported less of a profile dimension than before, or hung up."""
+    before, out = episode.profile.values, []
+    for k, turn in enumerate(episode.turns):
+        if turn.user is None:
+            continue
+        now = {n: v for n, v in turn.user.state.items() if v is not None and n in before}
+        if turn.user.status < 0 or any(v < before[n] for n, v in now.items()):
+            out.append(k)
+        before = {**before, **now}
+    return out
+
+
+def branch_points(
+    episodes: list[Episode], groups: int, rng: random.Random, at: str = "uniform"
+) -> list[tuple[Episode, int]]:
     """(source dialogue, agent turns replayed) for up to `groups` groups: failed dialogues first, then won ones,
-    each shuffled; the cut is uniform over the turns after the first and up to the last, so at least one of the
-    source's turns is replayed and at least its last one is played again."""
+    each shuffled. The cut lies after the first turn and up to the last, so at least one of the source's turns is
+    replayed and at least its last one is played again: uniform there, or (`at="setback"`) uniform over that
+    range's setbacks, where it has any."""
     usable = [e for e in episodes if not e.sim_error and e.num_turns >= 2]
     failed, won = [e for e in usable if not e.success], [e for e in usable if e.success]
     rng.shuffle(failed)
     rng.shuffle(won)
-    return [(e, rng.randint(1, e.num_turns - 1)) for e in (failed + won)[:groups]]
+
+    def cut(e: Episode) -> int:
+        lost = [k for k in setbacks(e) if 1 <= k <= e.num_turns - 1] if at == "setback" else []
+        return rng.choice(lost) if lost else rng.randint(1, e.num_turns - 1)
+
+    return [(e, cut(e)) for e in (failed + won)[:groups]]
 
 
 def branch_jobs(
@@ -37,7 +63,7 @@ def branch_jobs(
     (numbered from `first_group`, after the step's full-dialogue groups)."""
     rng = random.Random(f"branch/{run_seed}/{step}")
     jobs = []
-    for g, (source, kept) in enumerate(branch_points(episodes, cfg.groups, rng)):
+    for g, (source, kept) in enumerate(branch_points(episodes, cfg.groups, rng, cfg.at)):
         group = first_group + g
         prefix = tuple(t.agent.text for t in source.turns[:kept])
         jobs += [
@@ -47,7 +73,7 @@ def branch_jobs(
                 episode_id=f"s{step}-b{g}-r{b}",
                 group=group,
                 prefix=prefix,
-                agent_seed=group_agent_seed(run_seed, step, group, b, cfg.size),
+                agent_seed=group_agent_seed(run_seed, step, group, b),
                 branched_from=source.meta["episode_id"],
             )
             for b in range(cfg.size)

@@ -70,7 +70,7 @@ def rollout_jobs(
             seed=train_episode_seed(run_seed, step, i, 0 if shared_user else k, group_size),
             episode_id=f"s{step}-p{i}-r{k}",
             group=i,
-            agent_seed=group_agent_seed(run_seed, step, i, k, group_size) if shared_user else None,
+            agent_seed=group_agent_seed(run_seed, step, i, k) if shared_user else None,
         )
         for i, p in enumerate(profiles, start=first)
         for k in range(group_size)

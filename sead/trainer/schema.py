@@ -56,6 +56,7 @@ class BranchConfig:
 
     groups: int = number(0, ge=0)
     size: int = number(4, ge=2)  # a group of one has no advantage
+    at: str = one_of("uniform", "setback")  # where to cut: any turn, or one after which the user lost ground
 
 
 @dataclass
