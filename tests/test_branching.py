@@ -20,7 +20,7 @@ from sead.policy.adversarial import EchoAgent
 from sead.policy.scripted import ReferenceAgent
 from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile
-from sead.trainer.branching import branch_jobs, branch_points
+from sead.trainer.branching import branch_jobs, branch_points, setbacks
 from sead.trainer.loop import rollout_jobs, train
 from sead.trainer.schema import BranchConfig
 
@@ -108,6 +108,39 @@ def test_branches_are_cut_from_failed_dialogues_first_and_sample_apart():
     again = branch_jobs(eps, BranchConfig(groups=3, size=4), run_seed=7, step=3, first_group=10)
     assert [(j.prefix, j.agent_seed) for j in again] == [(j.prefix, j.agent_seed) for j in jobs]
     assert branch_jobs(eps, BranchConfig(groups=0), run_seed=7, step=3, first_group=10) == []
+
+
+def test_branches_spread_over_profiles_and_never_cut_one_state_twice():
+    # one user per group and a deterministic agent: four rollouts of profile A are one dialogue, cut at turn 1 only
+    same = [dialogue(2, won=False, seed=8) for _ in range(4)]
+    other = dialogue(2, won=True, seed=9)
+    other.profile = Profile.make({"cooperation": 2, "emotion": 2, "trust": 2}, [])
+    points = branch_points([*same, other], 3, random.Random(0))
+    assert sorted(e.meta["seed"] for e, _ in points) == [8, 9]  # A once, then B (won, but a profile not yet cut)
+    longer = [dialogue(4, won=False, seed=8) for _ in range(6)]
+    cuts = [k for _, k in branch_points(longer, 5, random.Random(0))]
+    assert len(cuts) == len(set(cuts)) <= 3  # three distinct states at most: cuts 1, 2, 3
+
+
+def test_setback_cuts_replay_the_turn_after_which_the_user_lost_ground():
+    profile = Profile.make({"cooperation": 2, "emotion": 2, "trust": 2}, [])
+    # reported after each agent turn: steady, trust falls, steady (noise is not a profile dimension), hang-up
+    reports = [user(2, 2, 2), user(2, 2, 1), user(3, 2, 1, noise=3), user(3, 2, 1), user(3, 1, 1, status=-1)]
+    ep = Episode(profile, [Turn(agent(2, 2, 2, 0), u) for u in reports], "user_hangup", meta={"seed": 9})
+    ep.meta["episode_id"] = "src9"
+    assert setbacks(ep) == [1, 4]
+    # a hang-up with no drop in what the user reports is still a setback; a turn the user never answered is not
+    quiet = Episode(profile, [Turn(agent(2, 2, 2, 0), user(2, 2, 2)), Turn(agent(2, 2, 2, 0))], "agent_done")
+    assert setbacks(quiet) == []
+    assert setbacks(Episode(profile, [Turn(agent(2, 2, 2, 0), user(2, 2, 2, status=-1))], "user_hangup")) == [0]
+    cuts = {k for seed in range(40) for _, k in branch_points([ep], 1, random.Random(seed), at="setback")}
+    assert cuts == {1, 4}  # only setbacks after the first turn, each replayed afresh
+    assert {k for seed in range(40) for _, k in branch_points([ep], 1, random.Random(seed))} == {1, 2, 3, 4}
+    # a failed dialogue without a setback after its first turn falls back to a uniform cut
+    flat = dialogue(4, won=False, seed=3)
+    assert {k for seed in range(40) for _, k in branch_points([flat], 1, random.Random(seed), at="setback")} == {1, 2, 3}
+    jobs = branch_jobs([ep], BranchConfig(groups=1, size=2, at="setback"), run_seed=1, step=1, first_group=0)
+    assert {len(j.prefix) for j in jobs} <= {1, 4} and len({j.prefix for j in jobs}) == 1
 
 
 def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_only(tmp_path):

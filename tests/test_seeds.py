@@ -34,6 +34,15 @@ def test_each_formula_keeps_its_values():
     assert group_agent_seed(3, 5, 2, 1) == -(3 * 1_000_003 + 5 * 10_007 + 2 * 101 + 1 + 1) == -3_050_248
 
 
+def test_members_of_groups_of_different_sizes_never_share_an_agent_seed():
+    # a step's shared-user groups of 5, then its branched groups of 4 (numbered after them)
+    full = {group_agent_seed(7, 3, g, k) for g in range(3) for k in range(5)}
+    branched = {group_agent_seed(7, 3, g, k) for g in range(3, 9) for k in range(4)}
+    assert len(full) == 15 and len(branched) == 24 and not full & branched
+    next_step = {group_agent_seed(7, 4, g, k) for g in range(9) for k in range(5)}
+    assert not next_step & (full | branched)
+
+
 @pytest.fixture(scope="module")
 def embedded_run(tmp_path_factory):
     """One step of the embedded trainer on the tiny model, after its start-of-run validation."""

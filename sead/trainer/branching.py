@@ -17,6 +17,7 @@ the most in what they earn.
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 from sead.dialogue.batch import EpisodeJob
 from sead.dialogue.episode import Episode
@@ -41,9 +42,14 @@ def branch_points(
     episodes: list[Episode], groups: int, rng: random.Random, at: str = "uniform"
 ) -> list[tuple[Episode, int]]:
     """(source dialogue, agent turns replayed) for up to `groups` groups: failed dialogues first, then won ones,
-    each shuffled. The cut lies after the first turn and up to the last, so at least one of the source's turns is
-    replayed and at least its last one is played again: uniform there, or (`at="setback"`) uniform over that
-    range's setbacks, where it has any."""
+    each shuffled, spread over the step's profiles (a profile gets a second group only once every other one has
+    had one) and never the same state twice. The cut lies after the first turn and up to the last, so at least one
+    of the source's turns is replayed and at least its last one is played again: uniform there, or
+    (`at="setback"`) uniform over that range's setbacks, where it has any.
+
+    Why spread: the rollouts of one profile often say the same lines (one user per group, a near-deterministic
+    policy), so cutting several of them repeats one state; n groups of one state weigh it n times in the update,
+    enough to teach its answer for every question."""
     usable = [e for e in episodes if not e.sim_error and e.num_turns >= 2]
     failed, won = [e for e in usable if not e.success], [e for e in usable if e.success]
     rng.shuffle(failed)
@@ -53,7 +59,17 @@ def branch_points(
         lost = [k for k in setbacks(e) if 1 <= k <= e.num_turns - 1] if at == "setback" else []
         return rng.choice(lost) if lost else rng.randint(1, e.num_turns - 1)
 
-    return [(e, cut(e)) for e in (failed + won)[:groups]]
+    pool, chosen, states, uses = failed + won, [], set(), Counter()
+    while pool and len(chosen) < groups:
+        source = min(pool, key=lambda e: uses[e.profile])  # the first of the least-used profiles
+        pool.remove(source)
+        kept = cut(source)
+        state = (source.profile, source.meta["seed"], tuple(t.agent.text for t in source.turns[:kept]))
+        if state not in states:
+            states.add(state)
+            uses[source.profile] += 1
+            chosen.append((source, kept))
+    return chosen
 
 
 def branch_jobs(
