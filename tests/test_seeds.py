@@ -8,8 +8,9 @@ import pytest
 from omegaconf import OmegaConf
 from verl_fakes import verl_run_config
 
-from sead.config import build_scenario, load_config
+from sead.config import build_scenario, check_config, load_config
 from sead.dialogue.seeds import (
+    MAX_GROUP_MEMBERS,
     eval_episode_seed,
     group_agent_seed,
     train_episode_seed,
@@ -17,6 +18,7 @@ from sead.dialogue.seeds import (
     validation_episode_seed,
     warmup_episode_seed,
 )
+from sead.errors import SEADInputError
 from sead.eval.testset import sample_testset
 from sead.policy.scripted import ReferenceAgent
 from sead.run.layout import RunLayout
@@ -41,6 +43,19 @@ def test_members_of_groups_of_different_sizes_never_share_an_agent_seed():
     assert len(full) == 15 and len(branched) == 24 and not full & branched
     next_step = {group_agent_seed(7, 4, g, k) for g in range(9) for k in range(5)}
     assert not next_step & (full | branched)
+
+
+def test_groups_wider_than_the_member_stride_are_refused_when_the_config_is_checked():
+    wide = MAX_GROUP_MEMBERS + 1
+    for overrides, field in (
+        (["trainer.group_user=shared", f"trainer.rollouts_per_profile={wide}"], "rollouts_per_profile"),
+        ([f"trainer.branch.size={MAX_GROUP_MEMBERS + 1}"], "branch.size"),
+    ):
+        with pytest.raises(SEADInputError) as e:
+            check_config(load_config(overrides))
+        assert e.value.field == f"trainer.{field}"
+    # own users: each rollout takes a training seed, so a wide group is fine
+    check_config(load_config([f"trainer.rollouts_per_profile={MAX_GROUP_MEMBERS + 1}"]))
 
 
 @pytest.fixture(scope="module")

@@ -30,12 +30,17 @@ def warmup_episode_seed(warmup_seed: int, index: int) -> int:
     return warmup_seed * 104_729 + index
 
 
+# Members of one group that meets one draw of the user: the stride of `group_agent_seed`.
+MAX_GROUP_MEMBERS = 101
+
+
 def group_agent_seed(run_seed: int, step: int, group: int, member: int) -> int:
-    """The agent's sampling in member `member` (below 101) of a GRPO group whose members meet one draw of the user
-    (a branched group, or trainer.group_user=shared): the user's seed is the group's, so the members differ by the
-    agent's choices alone. One member stride for every kind of group, whatever its size, so a branched group and a
-    full one never share a seed within a step (of fewer than 99 groups)."""
-    return -(run_seed * 1_000_003 + step * 10_007 + group * 101 + member + 1)  # negative: apart from the rest
+    """The agent's sampling in member `member` (below MAX_GROUP_MEMBERS) of a GRPO group whose members meet one
+    draw of the user (a branched group, or trainer.group_user=shared): the user's seed is the group's, so the
+    members differ by the agent's choices alone. One member stride for every kind of group, whatever its size, so a
+    branched group and a full one never share a seed within a step (of fewer than 99 groups). Negative: apart from
+    every other kind of seed."""
+    return -(run_seed * 1_000_003 + step * 10_007 + group * MAX_GROUP_MEMBERS + member + 1)
 
 
 def turn_seed(episode_seed: int, turn_index: int) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sead.config import number, one_of
+from sead.dialogue.seeds import MAX_GROUP_MEMBERS
+from sead.errors import SEADInputError
 from sead.policy.settings import SamplingConfig
 from sead.trainer.lora import LoraSettings
 
@@ -55,7 +57,7 @@ class BranchConfig:
     the cut. 0 = off."""
 
     groups: int = number(0, ge=0)
-    size: int = number(4, ge=2)  # a group of one has no advantage
+    size: int = number(4, ge=2, le=MAX_GROUP_MEMBERS)  # a group of one has no advantage
     at: str = one_of("uniform", "setback")  # where to cut: any turn, or one after which the user lost ground
 
 
@@ -117,3 +119,11 @@ class TrainerConfig:
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def __post_init__(self):
+        if self.group_user == "shared" and self.rollouts_per_profile > MAX_GROUP_MEMBERS:
+            # the members' sampling seeds are `group_agent_seed`s, one stride of MAX_GROUP_MEMBERS per group
+            raise SEADInputError(
+                f"trainer.group_user=shared takes at most {MAX_GROUP_MEMBERS} rollouts per profile",
+                field="trainer.rollouts_per_profile",
+            )
