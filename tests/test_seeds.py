@@ -49,13 +49,13 @@ def test_groups_wider_than_the_member_stride_are_refused_when_the_config_is_chec
     wide = MAX_GROUP_MEMBERS + 1
     for overrides, field in (
         (["trainer.group_user=shared", f"trainer.rollouts_per_profile={wide}"], "rollouts_per_profile"),
-        ([f"trainer.branch.size={MAX_GROUP_MEMBERS + 1}"], "branch.size"),
+        ([f"trainer.branch.size={wide}"], "branch.size"),
     ):
         with pytest.raises(SEADInputError) as e:
             check_config(load_config(overrides))
         assert e.value.field == f"trainer.{field}"
     # own users: each rollout takes a training seed, so a wide group is fine
-    check_config(load_config([f"trainer.rollouts_per_profile={MAX_GROUP_MEMBERS + 1}"]))
+    check_config(load_config([f"trainer.rollouts_per_profile={wide}"]))
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,11 @@ from sead.dialogue.seeds import group_agent_seed
 from sead.trainer.schema import BranchConfig
 
 
+def replayed(source: Episode, kept: int) -> tuple[str, ...]:
+    """The agent texts a branch cut after `kept` turns replays: the prefix, and with the source's user, its state."""
+    return tuple(t.agent.text for t in source.turns[:kept])
+
+
 def setbacks(episode: Episode) -> list[int]:
     """Agent turns (0-based) after which the user reported less of a profile dimension than before, or hung up."""
     before, out = episode.profile.values, []
@@ -64,7 +69,7 @@ def branch_points(
         source = min(pool, key=lambda e: uses[e.profile])  # the first of the least-used profiles
         pool.remove(source)
         kept = cut(source)
-        state = (source.profile, source.meta["seed"], tuple(t.agent.text for t in source.turns[:kept]))
+        state = (source.profile, source.meta["seed"], replayed(source, kept))
         if state not in states:
             states.add(state)
             uses[source.profile] += 1
@@ -81,7 +86,7 @@ def branch_jobs(
     jobs = []
     for g, (source, kept) in enumerate(branch_points(episodes, cfg.groups, rng, cfg.at)):
         group = first_group + g
-        prefix = tuple(t.agent.text for t in source.turns[:kept])
+        prefix = replayed(source, kept)
         jobs += [
             EpisodeJob(
                 source.profile,
