@@ -11,6 +11,7 @@ from verl_fakes import verl_run_config
 from sead.config import build_scenario, check_config, load_config
 from sead.dialogue.seeds import (
     MAX_GROUP_MEMBERS,
+    MAX_SEEDED_GROUPS,
     eval_episode_seed,
     group_agent_seed,
     train_episode_seed,
@@ -56,6 +57,36 @@ def test_groups_wider_than_the_member_stride_are_refused_when_the_config_is_chec
         assert e.value.field == f"trainer.{field}"
     # own users: each rollout takes a training seed, so a wide group is fine
     check_config(load_config([f"trainer.rollouts_per_profile={wide}"]))
+
+
+def test_a_step_of_the_most_groups_allowed_keeps_its_seeds_apart_from_the_next_step():
+    this = {group_agent_seed(7, 3, g, k) for g in range(MAX_SEEDED_GROUPS) for k in range(MAX_GROUP_MEMBERS)}
+    assert len(this) == MAX_SEEDED_GROUPS * MAX_GROUP_MEMBERS
+    assert not this & {group_agent_seed(7, 4, g, k) for g in range(MAX_SEEDED_GROUPS) for k in range(MAX_GROUP_MEMBERS)}
+    # one group more, and its last members would take the next step's first group's seeds
+    assert group_agent_seed(7, 3, MAX_SEEDED_GROUPS, MAX_GROUP_MEMBERS - 1) in {
+        group_agent_seed(7, 4, 0, k) for k in range(MAX_GROUP_MEMBERS)
+    }
+
+
+def test_steps_with_more_seeded_groups_than_the_stride_holds_are_refused():
+    fits = MAX_SEEDED_GROUPS - 10
+    check_config(load_config([f"trainer.profiles_per_step={fits}", "trainer.branch.groups=10"]))
+    for overrides in (
+        [f"trainer.profiles_per_step={fits}", "trainer.branch.groups=11"],
+        ["trainer.group_user=shared", f"trainer.profiles_per_step={MAX_SEEDED_GROUPS + 1}"],
+        [  # refill rounds number their profiles' groups after the first round's
+            "trainer.group_user=shared",
+            f"trainer.profiles_per_step={MAX_SEEDED_GROUPS // 2 + 1}",
+            "trainer.update.dynamic_sampling=true",
+            "trainer.update.refill_rounds=1",
+        ],
+    ):
+        with pytest.raises(SEADInputError, match="at most 99 groups") as e:
+            check_config(load_config(overrides))
+        assert e.value.field == "trainer.profiles_per_step"
+    # own users and no branches: every rollout takes a training seed, so many groups are fine
+    check_config(load_config([f"trainer.profiles_per_step={MAX_SEEDED_GROUPS + 1}"]))
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,14 @@ its multiplier; the kinds use different multipliers so that they do not share se
 
 from __future__ import annotations
 
+# Seeds of one training step lie within this many of each other (every kind keyed by step uses it).
+STEP_STRIDE = 10_007
+
 
 def train_episode_seed(run_seed: int, step: int, profile_index: int, rollout: int, group_size: int) -> int:
     """A training rollout: rollout `rollout` (0..group_size-1) of the step's profile `profile_index`. The embedded
     trainer and verl's agent loop both use it, so both backends play the same dialogues for one step's profiles."""
-    return run_seed * 1_000_003 + step * 10_007 + profile_index * group_size + rollout
+    return run_seed * 1_000_003 + step * STEP_STRIDE + profile_index * group_size + rollout
 
 
 def validation_episode_seed(validation_seed: int, profile_index: int, trial: int) -> int:
@@ -32,15 +35,18 @@ def warmup_episode_seed(warmup_seed: int, index: int) -> int:
 
 # Members of one group that meets one draw of the user: the stride of `group_agent_seed`.
 MAX_GROUP_MEMBERS = 101
+# Groups of one step that `group_agent_seed` keeps apart from the next step's (99).
+MAX_SEEDED_GROUPS = STEP_STRIDE // MAX_GROUP_MEMBERS
 
 
 def group_agent_seed(run_seed: int, step: int, group: int, member: int) -> int:
     """The agent's sampling in member `member` (below MAX_GROUP_MEMBERS) of a GRPO group whose members meet one
     draw of the user (a branched group, or trainer.group_user=shared): the user's seed is the group's, so the
     members differ by the agent's choices alone. One member stride for every kind of group, whatever its size, so a
-    branched group and a full one never share a seed within a step (of fewer than 99 groups). Negative: apart from
-    every other kind of seed."""
-    return -(run_seed * 1_000_003 + step * 10_007 + group * MAX_GROUP_MEMBERS + member + 1)
+    branched group and a full one never share a seed, within a step or with the next one while a step has at most
+    MAX_SEEDED_GROUPS groups (the trainer's config check refuses more). Negative: apart from every other kind of
+    seed."""
+    return -(run_seed * 1_000_003 + step * STEP_STRIDE + group * MAX_GROUP_MEMBERS + member + 1)
 
 
 def turn_seed(episode_seed: int, turn_index: int) -> int:

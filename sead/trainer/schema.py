@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sead.config import number, one_of
-from sead.dialogue.seeds import MAX_GROUP_MEMBERS
+from sead.dialogue.seeds import MAX_GROUP_MEMBERS, MAX_SEEDED_GROUPS
 from sead.errors import SEADInputError
 from sead.policy.settings import SamplingConfig
 from sead.trainer.lora import LoraSettings
@@ -126,4 +126,13 @@ class TrainerConfig:
             raise SEADInputError(
                 f"trainer.group_user=shared takes at most {MAX_GROUP_MEMBERS} rollouts per profile",
                 field="trainer.rollouts_per_profile",
+            )
+        u = self.update
+        groups = self.profiles_per_step * (1 + (u.refill_rounds if u.dynamic_sampling else 0)) + self.branch.groups
+        if (self.group_user == "shared" or self.branch.groups) and groups > MAX_SEEDED_GROUPS:
+            # the same stride keeps one step's group seeds apart from the next step's
+            raise SEADInputError(
+                f"a step with shared-user or branched groups takes at most {MAX_SEEDED_GROUPS} groups; this one has "
+                f"{groups} (profiles_per_step x (1 + refill_rounds with dynamic sampling) + branch.groups)",
+                field="trainer.profiles_per_step",
             )
