@@ -11,13 +11,14 @@ from dialogue_fixtures import agent, user
 
 from sead.config import build_usersim, load_config
 from sead.dialogue.batch import run_batch
-from sead.dialogue.episode import Episode, Turn
+from sead.dialogue.episode import USER_REPORTS, Episode, Turn
 from sead.dialogue.mask_audit import spans
 from sead.dialogue.runner import RunnerConfig, run_episode
 from sead.dialogue.seeds import train_episode_seed
 from sead.eval.testset import sample_testset
 from sead.policy.adversarial import EchoAgent
 from sead.policy.scripted import ReferenceAgent
+from sead.reward import RewardWeights, compute_reward
 from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile
 from sead.trainer.branching import branch_jobs, branch_points, setbacks
@@ -72,6 +73,38 @@ def test_a_replayed_prefix_is_the_source_dialogue_and_only_what_follows_is_train
         (t.agent.text, t.user and t.user.text) for t in source.turns
     ]
     assert again.end_reason == source.end_reason
+
+
+def test_a_branch_with_a_horizon_plays_that_many_turns_and_earns_what_they_earned(restaurant, smollm_tokenizer):
+    """trainer.branch.turns: continuations end after that many agent turns past the cut, and their rewards still
+    tell an answer to the user's open concern from a reply that ignores it."""
+    reference = ReferenceAgent(restaurant, smollm_tokenizer)
+    for i, profile in enumerate(sample_testset(restaurant, 60, 8)):
+        full = play(restaurant, reference, profile, smollm_tokenizer, seed=2000 + i)
+        raised = [k + 1 for k, r in enumerate(full.meta[USER_REPORTS]) if r.get("active_concern")]
+        if raised and raised[0] < full.num_turns:  # the reference answered a concern at turn `raised[0]`
+            break
+    else:
+        raise AssertionError("no reference dialogue answering a concern among 60 profiles")
+    kept, seed = raised[0], full.meta["seed"]
+    prefix = tuple(t.agent.text for t in full.turns[:kept])
+    answered = play(restaurant, reference, profile, smollm_tokenizer, seed, prefix=prefix, horizon=1)
+    assert answered.end_reason == "branch_horizon" or answered.turns[-1].user.status != 0
+    assert [t.agent.text for t in answered.turns] == [t.agent.text for t in full.turns[: kept + 1]]
+    echoed = play(
+        restaurant, EchoAgent(restaurant, smollm_tokenizer), profile, smollm_tokenizer, seed, prefix=prefix, horizon=1
+    )
+    assert echoed.num_turns == kept + 1 and trained_texts(echoed, smollm_tokenizer) == [echoed.turns[-1].agent.text]
+    weights = RewardWeights(completion=1.0, concerns_answered=1.0)
+
+    def score(ep):
+        return compute_reward(ep, weights, restaurant.space, num_stages=len(restaurant.stages), max_turns=10).total
+
+    assert score(answered) > score(echoed)
+    # branch_jobs passes the horizon on; 0 plays to the dialogue's end
+    for turns, horizon in ((2, 2), (0, None)):
+        jobs = branch_jobs([full], BranchConfig(groups=1, size=2, turns=turns), run_seed=1, step=1, first_group=0)
+        assert jobs and {j.horizon for j in jobs} == {horizon}
 
 
 def dialogue(n_turns: int, *, won: bool, seed: int, sim_error: bool = False) -> Episode:

@@ -29,6 +29,7 @@ class EpisodeJob:
     prefix: tuple[str, ...] = ()
     agent_seed: int | None = None
     branched_from: str | None = None  # the source dialogue's episode id
+    horizon: int | None = None  # agent turns played after the prefix, at most (None: to the dialogue's end)
 
 
 async def run_batch(
@@ -62,6 +63,7 @@ async def run_batch(
                 cache=None if job.prefix else cache,  # cached replies would not replay the prefix
                 prefix=job.prefix,
                 agent_seed=job.agent_seed,
+                horizon=job.horizon,
             )
         ep.meta["group"] = job.group
         if job.branched_from is not None:

@@ -13,6 +13,7 @@ from sead.scenario.tags import AgentTurn, UserTurn
 
 # How a dialogue can end. Only `sim_error` is excluded from reward and completion rate. `context_overflow`: even the
 # SOP prompt and the latest message no longer fit dialogue.max_context_tokens with room for another agent turn.
+# `branch_horizon`: a branched continuation played the agent turns it was given after its prefix (trainer.branch.turns).
 END_REASONS = (
     "user_success",
     "user_hangup",
@@ -21,6 +22,7 @@ END_REASONS = (
     "token_budget",
     "format_error",
     "context_overflow",
+    "branch_horizon",
     "sim_error",
 )
 

@@ -103,9 +103,11 @@ async def run_episode(
     cache: ResponseCache | None = None,
     prefix: tuple[str, ...] = (),
     agent_seed: int | None = None,
+    horizon: int | None = None,
 ) -> Episode:
     """One dialogue. `prefix`: agent turns (tagged text) replayed before the agent speaks, trained on by no one;
-    `agent_seed`: the agent's sampling seed where it is not the dialogue's `seed` (which the user answers from)."""
+    `agent_seed`: the agent's sampling seed where it is not the dialogue's `seed` (which the user answers from);
+    `horizon`: the dialogue ends once the agent has played this many turns after the prefix (None: no such end)."""
     t_start = time.perf_counter()
     timing = {"agent_s": 0.0, "user_s": 0.0}
     tokens = {"agent_prompt": 0, "agent_completion": 0, "user_prompt": 0, "user_completion": 0}
@@ -126,6 +128,9 @@ async def run_episode(
     sampling_seed = seed if agent_seed is None else agent_seed
     end = "turn_limit"
     for turn_index in range(cfg.max_turns):
+        if horizon is not None and turn_index >= len(prefix) + horizon:
+            end = "branch_horizon"
+            break
         try:
             chat.fit(cfg.max_new_tokens, cfg.max_context_tokens)
         except ContextOverflow as e:

@@ -96,6 +96,7 @@ def branch_jobs(
                 prefix=prefix,
                 agent_seed=group_agent_seed(run_seed, step, group, b),
                 branched_from=source.meta["episode_id"],
+                horizon=cfg.turns or None,
             )
             for b in range(cfg.size)
         ]
