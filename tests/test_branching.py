@@ -177,9 +177,11 @@ def test_setback_cuts_replay_the_turn_after_which_the_user_lost_ground():
     assert {len(j.prefix) for j in jobs} <= {1, 4} and len({j.prefix for j in jobs}) == 1
 
 
-def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_only(tmp_path):
+@pytest.mark.parametrize("horizon", [0, 1])
+def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_only(tmp_path, horizon):
     cfg = ["preset=tiny", "trainer.iterations=1", "trainer.steps_per_iteration=2", "dialogue.max_turns=3"]
     cfg += ["trainer.branch.groups=2", "trainer.branch.size=3", "trainer.update.entropy_coef=0.05"]
+    cfg += [f"trainer.branch.turns={horizon}"]
     layout = RunLayout(train(load_config([*cfg, f"run_dir={tmp_path / 'run'}"])))
     steps = [json.loads(line) for line in layout.metrics.read_text().splitlines() if '"reward"' in line]
     full = 2 * 2  # the tiny preset: 2 profiles x 2 rollouts
@@ -196,6 +198,8 @@ def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_onl
             kept = b.meta["prefix_turns"]
             assert [t.agent.text for t in b.turns[:kept]] == [t.agent.text for t in src.turns[:kept]]
             assert sum(sum(seg.mask) for seg in b.segments) == b.tokens["agent_completion"] > 0
+            if horizon:
+                assert b.num_turns <= kept + horizon
     assert layout.rollout_files() == [layout.rollouts(1), layout.rollouts(2)]  # readers of whole dialogues
 
 
