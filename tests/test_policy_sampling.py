@@ -61,6 +61,31 @@ def test_batched_decoding_matches_each_row_recomputed_alone(tiny):
             assert out.logprobs == pytest.approx(expected, abs=1e-5)
 
 
+def test_rows_with_one_prompt_are_run_through_the_model_once_and_sample_apart(tiny):
+    """A branched group's members share their prompt: its tokens go through the model once for all of them, and
+    each member still samples from its own seed the tokens it would alone (float64, so that the batch's row count
+    cannot change a draw)."""
+    model, tok = copy.deepcopy(tiny[0]).double(), tiny[1]
+    prefix = encode(tok, "You are Alex. Follow the SOP and answer in tags. " * 8)
+    same, other = prefix + encode(tok, " the user asks about fees " * 3), prefix + encode(tok, " hello")
+    requests = [AgentRequest(p, [], 10, seed=s) for p, s in ((same, 1), (other, 2), (same, 3), (same, 4))]
+    rows_run = []
+    hook = model.register_forward_pre_hook(
+        lambda m, a, kw: rows_run.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        together = HFPolicy(model, tok, NUCLEUS).sample(requests)
+    finally:
+        hook.remove()
+    assert [r for r in rows_run if r[1] > 1][-1][0] == 2  # the prompt tokens: two distinct prompts, not four rows
+    assert all(r[0] == 4 for r in rows_run if r[1] == 1)  # every row decodes
+    alone = [HFPolicy(model, tok, NUCLEUS).sample([r])[0] for r in requests]
+    for a, b in zip(together, alone):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)  # log-softmax runs in fp32
+    assert len({tuple(o.token_ids) for o in (together[0], together[2], together[3])}) > 1  # apart from one prompt
+
+
 def play(policy, tok, prefix, turns, rows):
     """Dialogues as the runner builds them: each prompt extends the last one with the reply and a user turn.
     Rows start at different turns, so batches mix rows with and without cached turns."""

@@ -9,6 +9,7 @@ Two caches spare the model work it has done before (both are dropped when the we
   once and serve every row;
 - each dialogue's own keys/values are kept between its turns (`TurnCache`), so a turn runs only the tokens
   added since the dialogue's previous turn.
+Rows of one call with the same prompt (a branched group's members at their first turn) run it once.
 The shared prefix's keys/values have one copy, which SEAD's attention (`sead.models.attention`) reads once per
 step for all rows. Each row's own positions are laid out as [pad | cached turns | pad | new tokens | tokens to
 decode] in one KV buffer sized for the whole call (`BatchCache`), with a 4-D attention mask over the pads and
@@ -106,25 +107,38 @@ class HFPolicy(BatchingPolicy):
             attn[i, C + S - len(own) : C + S] = True
             pos[i, S - len(own) :] = torch.arange(P + c, P + c + len(own))
         ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
-        past = self._batch_cache(hits, cached, C, rows, capacity=total)
         shared = {"shared_kv": prefix_kv} if prefix_kv else {}  # read by sead_gqa attention, once for all rows
-        gens = [torch.Generator().manual_seed(int(r.seed) & 0x7FFFFFFF) for r in requests]
-        out_ids: list[list[int]] = [[] for _ in requests]
-        out_lp: list[list[float]] = [[] for _ in requests]
-        live = list(range(rows))  # rows still sampling
+        # Rows with one prompt (the members of a branched or shared-user group) are run through the model once;
+        # their keys/values and first logits are then copied to every such row, and they sample apart from there.
+        first = {}
+        source = [first.setdefault(p, i) for i, p in enumerate(prompts)]
+        unique = sorted(first.values())
+        u = torch.tensor(unique, device=device)
         step = model(
-            input_ids=ids,
-            attention_mask=self._mask(prompt_mask(attn, C, S)),
-            position_ids=pos,
-            past_key_values=past,
+            input_ids=ids[u],
+            attention_mask=self._mask(prompt_mask(attn[u], C, S)),
+            position_ids=pos[u],
+            past_key_values=self._batch_cache(
+                [hits[i] for i in unique], [cached[i] for i in unique], C, capacity=total
+            ),
             use_cache=True,
             logits_to_keep=1,
             **shared,
         )
-        cache, last_pos, col = step.past_key_values, pos[:, -1], C + S
+        cache, step_logits = step.past_key_values, step.logits
+        if len(unique) < rows:
+            spread = torch.tensor([unique.index(i) for i in source], device=device)
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys.index_select(0, spread), layer.values.index_select(0, spread)
+            step_logits = step_logits.index_select(0, spread)
+        gens = [torch.Generator().manual_seed(int(r.seed) & 0x7FFFFFFF) for r in requests]
+        out_ids: list[list[int]] = [[] for _ in requests]
+        out_lp: list[list[float]] = [[] for _ in requests]
+        live = list(range(rows))  # rows still sampling
+        last_pos, col = pos[:, -1], C + S
         nxt = torch.full((rows,), pad, dtype=torch.long)
         for _ in range(max(limits)):
-            logits = step.logits[live, -1].float().cpu()
+            logits = step_logits[live, -1].float().cpu()
             toks, lps = pick_tokens(logits, [gens[i] for i in live], self.sampling)
             for i, tok, lp in zip(live, toks.tolist(), lps.tolist()):
                 out_ids[i].append(tok)
@@ -143,7 +157,7 @@ class HFPolicy(BatchingPolicy):
                 use_cache=True,
                 **shared,
             )
-            cache = step.past_key_values
+            cache, step_logits = step.past_key_values, step.logits
         if self.turns.enabled:
             self._keep_turns(cache, prompts, prefix, hits, cached, new, out_ids, C, S)
         model.train(was_training)
@@ -180,7 +194,7 @@ class HFPolicy(BatchingPolicy):
             ~allowed, torch.finfo(dtype).min
         )
 
-    def _batch_cache(self, hits, cached, C: int, rows: int, capacity: int) -> BatchCache:
+    def _batch_cache(self, hits, cached, C: int, capacity: int) -> BatchCache:
         """One cache of `capacity` positions per row after the shared prefix (which has one copy, passed to the
         attention apart): each row's cached turns right-aligned in the first C, the rest for this call's new
         prompt tokens and what it decodes."""
@@ -191,7 +205,7 @@ class HFPolicy(BatchingPolicy):
         for layer, ref in enumerate(source):
             keys_values = []
             for j in (0, 1):  # keys, values
-                full = ref[j].new_zeros((rows, ref[j].shape[1], C, ref[j].shape[3]))
+                full = ref[j].new_zeros((len(hits), ref[j].shape[1], C, ref[j].shape[3]))
                 for i, (h, c) in enumerate(zip(hits, cached)):
                     if c:
                         full[i, :, C - c :] = h.kv[layer][j][0]
