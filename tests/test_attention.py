@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from sead.dialogue import AgentRequest
+from sead.models import attention
 from sead.models.attention import NAME, _single_query, _with_shared_prefix
 from sead.models.loading import ModelConfig, load_model
 from sead.policy.hf import HFPolicy
@@ -150,3 +151,29 @@ def test_a_shared_prefix_kept_apart_gives_the_attention_of_prefix_and_rows_conca
         enable_gqa=True,
     ).transpose(1, 2)
     assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_a_prompt_of_many_rows_is_attended_a_slice_of_rows_at_a_time_with_the_same_result(monkeypatch):
+    """Prefill scores are held for a slice of rows at a time (attention.SCORE_BUDGET), so their memory stays
+    bounded however many rows a call has; rows are independent, so the slices change nothing."""
+    g = torch.Generator().manual_seed(4)
+    rows, heads, kv_heads, dim, p, own, q_len = 7, 6, 2, 16, 11, 9, 5
+    q = torch.randn((rows, heads, q_len, dim), generator=g)
+    pk, pv = (torch.randn((1, kv_heads, p, dim), generator=g) for _ in range(2))
+    k, v = (torch.randn((rows, kv_heads, own, dim), generator=g) for _ in range(2))
+    mask = torch.rand((rows, 1, q_len, own), generator=g) > 0.4
+    whole = _with_shared_prefix(q, k, v, mask, (pk, pv), None)
+    held = []
+    real_matmul = torch.matmul
+
+    def recording_matmul(a, b):
+        out = real_matmul(a, b)
+        held.append(out.numel())
+        return out
+
+    monkeypatch.setattr(attention, "SCORE_BUDGET", 3 * heads * q_len * (p + own))  # three rows' scores
+    monkeypatch.setattr(attention.torch, "matmul", recording_matmul)
+    sliced = _with_shared_prefix(q, k, v, mask, (pk, pv), None)
+    monkeypatch.undo()
+    assert max(held) <= 3 * heads * q_len * max(p, own, dim)  # never more than three rows' scores at once
+    assert sliced.shape == whole.shape and torch.allclose(sliced, whole, atol=1e-6)

@@ -58,11 +58,32 @@ def _single_query(query, key, value, mask, scaling):
     return out.view(b, 1, heads, dim)
 
 
+# fp32 scores one call of `_with_shared_prefix` may hold (128 MB): a prompt of many rows is taken a slice of rows
+# at a time. All at once, 64 rows of 900 new tokens held 6 GB of scores and took a 2-vCPU machine's training
+# process past its memory.
+SCORE_BUDGET = 32 * 2**20
+
+
 def _with_shared_prefix(query, key, value, mask, prefix, scaling):
     """Attention over [shared prefix | row's own keys] in one softmax, reading the prefix once for all rows: its
     scores and weighted values are one matmul per key/value head with every row's queries stacked, instead of a
     copy of the prefix per row (cascade attention). Scores and normalisation in fp32."""
     b, heads, q_len, dim = query.shape
+    rows = max(1, SCORE_BUDGET // (heads * q_len * (prefix[0].shape[2] + key.shape[2])))
+    if b > rows:  # rows are independent: a slice at a time gives the same result in a bounded space
+        return torch.cat(
+            [
+                _with_shared_prefix(
+                    query[i : i + rows],
+                    key[i : i + rows],
+                    value[i : i + rows],
+                    None if mask is None else mask[i : i + rows],
+                    prefix,
+                    scaling,
+                )
+                for i in range(0, b, rows)
+            ]
+        )
     kv_heads, own = key.shape[1], key.shape[2]
     pk, pv = prefix[0][0], prefix[1][0]  # (kv heads, p, dim)
     rows_q = heads // kv_heads * q_len  # queries per row and key/value head: (head in group, position)
