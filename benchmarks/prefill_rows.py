@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import time
@@ -74,16 +73,6 @@ def rss_kb(field: str) -> int:
     return int(line.split()[1])
 
 
-def cpu() -> str:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        name = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name"))
-        flags = next(line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags"))
-        return f"{name} ({', '.join(f for f in ('avx512f', 'avx512_bf16', 'amx_bf16') if f in flags) or 'no AVX-512'})"
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=32)
@@ -100,7 +89,13 @@ def main(argv: list[str] | None = None) -> None:
     from rich.progress import track
 
     console = Console()
-    console.print(f"CPU: {cpu()}; {args.rows} rows, {args.group} per prompt in `alike`")
+    from sead.models.precision import cpu_info
+
+    info = cpu_info()
+    on = " ".join(f for f, present in info["flags"].items() if present) or "no AVX-512"
+    console.print(
+        f"CPU: {info['model']} ({info['cpus']} CPUs; {on}); {args.rows} rows, {args.group} per prompt in `alike`"
+    )
     results = {}
     for case in track(CASES, description="cases (one process each)", console=console):
         cmd = [sys.executable, __file__, "--case", case, f"--rows={args.rows}", f"--group={args.group}"]
@@ -119,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     for k, v in ratios.items():
         console.print(f"{k}: {v:.2f}x")
-    record = {"cpu": cpu(), "rows": args.rows, "group": args.group, "cases": results, "ratios": ratios}
+    record = {"cpu": info, "rows": args.rows, "group": args.group, "cases": results, "ratios": ratios}
     args.out.write_text(json.dumps(record, indent=1))
     console.print(f"wrote {args.out}")
 
