@@ -59,8 +59,8 @@ def _single_query(query, key, value, mask, scaling):
 
 
 # fp32 scores one call of `_with_shared_prefix` may hold (128 MB): a prompt of many rows is taken a slice of rows
-# at a time. All at once, 64 rows of 900 new tokens held 6 GB of scores and took a 2-vCPU machine's training
-# process past its memory.
+# at a time. All at once, one call of 64 rows x 900 new tokens raised the process's peak memory by 6 GB
+# (benchmarks/RESULTS.md).
 SCORE_BUDGET = 32 * 2**20
 
 
