@@ -89,13 +89,10 @@ def main(argv: list[str] | None = None) -> None:
     from rich.progress import track
 
     console = Console()
-    from sead.models.precision import cpu_info
+    from sead.models.precision import cpu_info, cpu_line
 
     info = cpu_info()
-    on = " ".join(f for f, present in info["flags"].items() if present) or "no AVX-512"
-    console.print(
-        f"CPU: {info['model']} ({info['cpus']} CPUs; {on}); {args.rows} rows, {args.group} per prompt in `alike`"
-    )
+    console.print(f"CPU: {cpu_line(info)}; {args.rows} rows, {args.group} per prompt in `alike`")
     results = {}
     for case in track(CASES, description="cases (one process each)", console=console):
         cmd = [sys.executable, __file__, "--case", case, f"--rows={args.rows}", f"--group={args.group}"]

@@ -35,7 +35,7 @@ from rich.table import Table
 from sead.config import build_scenario, load_config
 from sead.dialogue import AgentRequest, ChatTokens
 from sead.models.loading import ModelConfig, load_model
-from sead.models.precision import cpu_info
+from sead.models.precision import cpu_info, cpu_line
 from sead.policy.hf import HFPolicy, common_prefix_length
 from sead.policy.settings import SamplingConfig
 from sead.progress import progress_bar
@@ -251,11 +251,6 @@ def score_training(t: dict, rate: float) -> None:
 
 
 # -- output ------------------------------------------------------------------------------------------------------
-def cpu_line(cpu: dict) -> str:
-    flags = " ".join(f for f, on in cpu["flags"].items() if on) or "none of " + " ".join(cpu["flags"])
-    return f"{cpu['model']} (family/model {cpu['family_model']}, {cpu['cpus']} CPUs; {flags})"
-
-
 def machine_line(m: dict) -> str:
     rates = ", ".join(f"{d} {r:.0f}" for d, r in m["matmul_gflop_s"].items())
     return (

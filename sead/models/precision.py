@@ -43,6 +43,12 @@ def cpu_info() -> dict:
     }
 
 
+def cpu_line(cpu: dict) -> str:
+    """`cpu_info()` in one line, as benchmarks print the CPU they ran on."""
+    flags = " ".join(f for f, on in cpu["flags"].items() if on) or "none of " + " ".join(cpu["flags"])
+    return f"{cpu['model']} (family/model {cpu['family_model']}, {cpu['cpus']} CPUs; {flags})"
+
+
 def native_bf16(device: str) -> bool:
     dev = torch.device(device)
     if dev.type == "cuda":

@@ -110,9 +110,9 @@ class HFPolicy(BatchingPolicy):
         shared = {"shared_kv": prefix_kv} if prefix_kv else {}  # read by sead_gqa attention, once for all rows
         # Rows with one prompt (the members of a branched or shared-user group) are run through the model once;
         # their keys/values and first logits are then copied to every such row, and they sample apart from there.
-        first = {}
+        first: dict[tuple[int, ...], int] = {}  # prompt -> the first row with it, in row order
         source = [first.setdefault(p, i) for i, p in enumerate(prompts)]
-        unique = sorted(first.values())
+        unique = list(first.values())
         u = torch.tensor(unique, device=device)
         step = model(
             input_ids=ids[u],
@@ -127,7 +127,8 @@ class HFPolicy(BatchingPolicy):
         )
         cache, step_logits = step.past_key_values, step.logits
         if len(unique) < rows:
-            spread = torch.tensor([unique.index(i) for i in source], device=device)
+            slot = {row: k for k, row in enumerate(unique)}
+            spread = torch.tensor([slot[i] for i in source], device=device)
             for layer in cache.layers:
                 layer.keys, layer.values = layer.keys.index_select(0, spread), layer.values.index_select(0, spread)
             step_logits = step_logits.index_select(0, spread)
