@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,7 @@ PHASES = ("base", "warmup", "warmup_only", "grpo_fixed", "grpo_sead_joint")  # i
 # equal in every measured arm: the task, the model it starts from and the held-out set
 HELD_OUT_KEYS = tuple(f"trainer.validation.{k}" for k in ("profiles", "trials", "seed", "sampling"))
 TASK_KEYS = ("scenario", "dialogue", "usersim", "model", *HELD_OUT_KEYS)
+BOOKKEEPING = ("trainer.save_every", "trainer.logging")  # a finished phase saved or logged otherwise is the same one
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,13 @@ def phases(args) -> list[Phase]:
     measure_only = ("trainer.iterations=0", "trainer.validation.at_start=true")
     no_measurement = ("trainer.iterations=0", "trainer.validation.at_start=false")  # warmup_only measures it
     n = args.steps
-    grpo = (warm, f"trainer.iterations={n}", f"trainer.validation.every={n}", f"trainer.save_every={n}")
+    # a checkpoint every third of the budget: an arm killed near its end (memory, a reboot) resumes close to it
+    grpo = (
+        warm,
+        f"trainer.iterations={n}",
+        f"trainer.validation.every={n}",
+        f"trainer.save_every={checkpoint_every(n)}",
+    )
     grpo += ("trainer.validation.at_start=false",)  # the start is warmup_only's measurement
     no_warmup = ("trainer.warmup.dialogues=0", "trainer.warmup.reuse=null")
     return [
@@ -136,6 +144,10 @@ def phases(args) -> list[Phase]:
         Phase("warmup_only", (warm, *measure_only)),
         *(Phase(f"grpo_{rule}", (*grpo, f"controller={rule}"), n) for rule in ("fixed", "sead_joint")),
     ]
+
+
+def checkpoint_every(steps: int) -> int:
+    return max(1, math.ceil(steps / 3))
 
 
 def overrides(args, phase: Phase) -> list[str]:
@@ -187,6 +199,7 @@ def refuse_other_settings(run: Path, expected) -> None:
 
     saved = OmegaConf.to_container(read_saved_config(RunLayout(run).config))
     changes = changed_settings(saved, OmegaConf.to_container(expected))
+    changes = {k: v for k, v in changes.items() if not k.startswith(BOOKKEEPING)}
     if changes:
         shown = "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:6])
         raise SystemExit(

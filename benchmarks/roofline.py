@@ -13,7 +13,14 @@ the runner's ChatTokens), greedy, end-of-turn never stopping a row. Prefill and 
 every forward call (decode = the last new-tokens - 1 forwards, one token per row each, and what runs between).
 
     .venv/bin/python benchmarks/roofline.py [--rows 1 8 32 64 128] [--dtypes float32 bfloat16] [--new-tokens 32]
-        [--model smollm2|/hf/folder] [--quick] [--out benchmarks/roofline.json]  (a PNG is written beside it)
+        [--model smollm2|/hf/folder] [--device cpu|cuda] [--random-weights] [--quick]
+        [--out benchmarks/roofline.json]  (a PNG is written beside it)
+
+With `--device cuda` the same run measures a GPU: its memory bandwidth and matmul rate, SEAD's sampling and
+training forward + backward on it (every clock read waits for the GPU). `--random-weights` keeps the model's
+architecture and tokenizer (an HF folder's config.json and tokenizer files are enough) and draws its weights at
+random, for a machine the weights cannot be copied to; rows decode greedily and never stop early, so the work timed
+is the real model's.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import argparse
 import datetime
 import gc
 import json
+import shutil
 import subprocess
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,24 +73,66 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def probe_machine(dtypes: list[str], matmul_n: int, mib: int) -> dict:
+def synchronizer(device: torch.device):
+    """What makes a clock read wait for the device's queued work (nothing on a CPU)."""
+    return torch.cuda.synchronize if device.type == "cuda" else None
+
+
+def accelerator_info(device: torch.device) -> dict | None:
+    if device.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device)
     return {
-        "bandwidth_gb_s": bandwidth_gb_s(mib),
-        "matmul_gflop_s": {d: matmul_gflop_s(matmul_n, getattr(torch, d)) for d in dtypes},
+        "name": props.name,
+        "memory_gb": props.total_memory / 1e9,
+        "multiprocessors": props.multi_processor_count,
+        "capability": f"{props.major}.{props.minor}",
+        "cuda": torch.version.cuda,
     }
 
 
-def bandwidth_gb_s(mib: int, repeats: int = 5) -> float:
+def probe_machine(dtypes: list[str], matmul_n: int, mib: int, device: torch.device) -> dict:
+    return {
+        "bandwidth_gb_s": bandwidth_gb_s(mib, device),
+        "matmul_gflop_s": {d: matmul_gflop_s(matmul_n, getattr(torch, d), device) for d in dtypes},
+    }
+
+
+def bandwidth_gb_s(mib: int, device: torch.device, repeats: int = 5) -> float:
     """Memory read bandwidth: a sum over a tensor far larger than the caches, best of `repeats`."""
-    x = torch.ones(mib * 2**20 // 4)
+    x = torch.ones(mib * 2**20 // 4, device=device)
     x.sum()
-    return x.numel() * 4 / timed(x.sum, repeats) / 1e9
+    return x.numel() * 4 / timed(x.sum, repeats, synchronizer(device)) / 1e9
 
 
-def matmul_gflop_s(n: int, dtype: torch.dtype, repeats: int = 4) -> float:
-    a, b = (torch.randn(n, n).to(dtype) for _ in range(2))
+def matmul_gflop_s(n: int, dtype: torch.dtype, device: torch.device, repeats: int = 4) -> float:
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
     a @ b
-    return 2 * n**3 / timed(lambda: a @ b, repeats) / 1e9
+    return 2 * n**3 / timed(lambda: a @ b, repeats, synchronizer(device)) / 1e9
+
+
+def source_folder(model: str) -> Path:
+    if model == "smollm2":
+        from sead.models.smollm import model_dir
+
+        return model_dir()
+    return Path(model)
+
+
+def random_weights_folder(src: Path, seed: int = 0) -> Path:
+    """A temporary HF folder with `src`'s config, tokenizer and chat template, and random weights of that
+    architecture drawn from `seed`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if not (src / "config.json").is_file():
+        raise SystemExit(f"--random-weights: {src} has no config.json")
+    dst = Path(tempfile.mkdtemp(prefix="sead-random-weights-"))
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".gguf", ".index.json")):
+            shutil.copy(f, dst)
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src)).save_pretrained(dst)
+    return dst
 
 
 # -- the model's arithmetic --------------------------------------------------------------------------------------
@@ -109,12 +160,19 @@ def roofline(flops: float, nbytes: float, bw: float, rate: float) -> dict:
 
 # -- measuring SEAD and generate() ---------------------------------------------------------------------------------
 @contextmanager
-def forward_clock(model):
-    """Collects (start, end) of every forward call of `model` into the list it yields."""
+def forward_clock(model, sync=None):
+    """Collects (start, end) of every forward call of `model` into the list it yields; `sync` first waits for a
+    GPU's queued work, so that each call's time is its own."""
     calls, starts = [], []
+
+    def now() -> float:
+        if sync:
+            sync()
+        return time.perf_counter()
+
     hooks = [
-        model.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter())),
-        model.register_forward_hook(lambda *_: calls.append((starts.pop(), time.perf_counter()))),
+        model.register_forward_pre_hook(lambda *_: starts.append(now())),
+        model.register_forward_hook(lambda *_: calls.append((starts.pop(), now()))),
     ]
     try:
         yield calls
@@ -128,12 +186,15 @@ def split_timing(model, run, steps: int, repeats: int, budget_s: float = 20.0) -
     are its decoding steps (one token per row each): decode = from the end of the forward before them to the
     return, prefill = everything before."""
     best, spent = None, 0.0
+    sync = synchronizer(model.device)
     for _ in range(repeats):
         if spent > budget_s:
             break
-        with forward_clock(model) as calls:
+        with forward_clock(model, sync) as calls:
             t0 = time.perf_counter()
             tokens = run()
+            if sync:
+                sync()
             t1 = time.perf_counter()
         spent += t1 - t0
         prefill_end = calls[-steps - 1][1]
@@ -189,6 +250,7 @@ def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> d
     attn = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :], attn[i, width - len(p) :] = torch.tensor(p), 1
+    ids, attn = ids.to(model.device), attn.to(model.device)
 
     def generate() -> int:
         """transformers as it comes: its own `sdpa` attention, not the one SEAD registers."""
@@ -235,7 +297,7 @@ def measure_training(model, tok, shape: Shape, prompts, repeats: int) -> dict:
         model.zero_grad(set_to_none=True)
         torch.cat(masked_logprobs(model, seqs, 1.0).logps).sum().backward()
 
-    seconds = timed(step, repeats)
+    seconds = timed(step, repeats, synchronizer(model.device))
     model.zero_grad(set_to_none=True)
     shared = shared_prompt_length(seqs)
     width, agent = max(len(s.ids) for s in seqs) - shared, sum(int(s.mask.sum()) for s in seqs)
@@ -251,11 +313,22 @@ def score_training(t: dict, rate: float) -> None:
 
 
 # -- output ------------------------------------------------------------------------------------------------------
-def machine_line(m: dict) -> str:
-    rates = ", ".join(f"{d} {r:.0f}" for d, r in m["matmul_gflop_s"].items())
+def device_line(m: dict) -> str:
+    """The CPU, and the GPU where the run measured one."""
+    gpu = m.get("accelerator")
+    if not gpu:
+        return cpu_line(m["cpu"])
     return (
-        f"{cpu_line(m['cpu'])}; torch {m['torch']}, {m['threads']} threads; read bandwidth "
-        f"{m['bandwidth_gb_s']:.1f} GB/s; matmul {m['matmul_n']}^3 GFLOP/s: {rates}"
+        f"{gpu['name']} ({gpu['memory_gb']:.0f} GB, {gpu['multiprocessors']} SMs, compute {gpu['capability']}, "
+        f"CUDA {gpu['cuda']}); host {cpu_line(m['cpu'])}"
+    )
+
+
+def machine_line(m: dict) -> str:
+    rates = ", ".join(f"{d} {r:,.0f}" for d, r in m["matmul_gflop_s"].items())
+    return (
+        f"{device_line(m)}; torch {m['torch']}, {m['threads']} threads; read bandwidth "
+        f"{m['bandwidth_gb_s']:,.1f} GB/s; matmul {m['matmul_n']}^3 GFLOP/s: {rates}"
     )
 
 
@@ -328,7 +401,10 @@ def plot(result: dict, path: Path) -> None:
         ax.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel("decode tok/s")
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"SmolLM2-135M decode on {result['machine']['cpu']['model']}", fontsize=10)
+    machine = result["machine"]
+    on = (machine.get("accelerator") or {}).get("name") or machine["cpu"]["model"]
+    weights = ", random weights" if result["settings"]["random_weights"] else ""
+    fig.suptitle(f"{result['model']['label']} decode on {on}{weights}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -342,6 +418,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--new-tokens", type=int, help="tokens decoded per row (default 32)")
     ap.add_argument("--train-rows", type=int, default=4)
     ap.add_argument("--repeats", type=int, help="best of this many calls, while a measurement is short (3)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda to measure a GPU")
+    ap.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="--model's architecture and tokenizer with random weights (for a machine its weights cannot reach)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke test: rows 1 and 8, 8 tokens, small probes")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("roofline.json"))
     args = ap.parse_args(argv)
@@ -350,20 +432,29 @@ def main(argv: list[str] | None = None) -> dict:
     repeats = args.repeats or (1 if args.quick else 3)
     if new < 2:
         ap.error("--new-tokens must be at least 2 (one from the prefill, at least one decoding step)")
-    matmul_n, mib = (512, 64) if args.quick else (2048, 1024)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no GPU on this machine")
+    gpu = device.type == "cuda"
+    matmul_n, mib = (512, 64) if args.quick else ((8192, 4096) if gpu else (2048, 1024))
     torch.manual_seed(0)
 
     machine = {"cpu": cpu_info(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+    machine["accelerator"] = accelerator_info(device)
     machine["uptime_before"] = uptime()
-    console.print(f"[bold]CPU:[/] {cpu_line(machine['cpu'])}\n{machine['uptime_before']}")
-    probes = [probe_machine(args.dtypes, matmul_n, mib)]  # again at the end: the limit is the best seen
+    console.print(f"[bold]Device:[/] {device_line(machine)}\n{machine['uptime_before']}")
+    probes = [probe_machine(args.dtypes, matmul_n, mib, device)]  # again at the end: the limit is the best seen
     sop = build_scenario(load_config([])).agent_system_prompt()
+    model_path = random_weights_folder(source_folder(args.model)) if args.random_weights else None
     runs, training = [], []
     with progress_bar(console) as progress:
         task = progress.add_task("measuring", total=len(args.dtypes) * (sum(r + 4 for r in rows) + 8))
         for dtype in args.dtypes:
-            preset = {"preset": "smollm2"} if args.model == "smollm2" else {"preset": "path", "path": args.model}
-            model, tok, label = load_model(ModelConfig(**preset, dtype=dtype))
+            if model_path:
+                preset = {"preset": "path", "path": str(model_path)}
+            else:
+                preset = {"preset": "smollm2"} if args.model == "smollm2" else {"preset": "path", "path": args.model}
+            model, tok, label = load_model(ModelConfig(**preset, dtype=dtype, device=args.device))
             prompts = row_prompts(tok, sop, max(max(rows), args.train_rows))
             shape = Shape(model)
             for n in rows:
@@ -382,7 +473,10 @@ def main(argv: list[str] | None = None) -> dict:
             progress.advance(task, 8)
             del model
             gc.collect()
-    probes.append(probe_machine(args.dtypes, matmul_n, mib))
+    if model_path:
+        shutil.rmtree(model_path)
+        label = f"{args.model} (random weights)"
+    probes.append(probe_machine(args.dtypes, matmul_n, mib, device))
     machine["uptime_after"] = uptime()
     machine["probes"] = probes
     machine["bandwidth_gb_s"] = max(p["bandwidth_gb_s"] for p in probes)
@@ -396,7 +490,10 @@ def main(argv: list[str] | None = None) -> dict:
         "date": datetime.date.today().isoformat(),
         "machine": machine,
         "model": {"label": label, "params": shape.params, "kv_bytes_per_token_fp32": shape.kv_bytes * 4 // shape.elem},
-        "settings": {"rows": rows, "dtypes": args.dtypes, "new_tokens": new, "repeats": repeats, "quick": args.quick},
+        "settings": {
+            **{"rows": rows, "dtypes": args.dtypes, "new_tokens": new, "repeats": repeats, "quick": args.quick},
+            **{"device": args.device, "random_weights": args.random_weights},
+        },
         "runs": runs,
         "training": training,
     }

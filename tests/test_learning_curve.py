@@ -148,6 +148,8 @@ def test_each_rl_arm_takes_its_step_budget_and_is_measured_once_at_the_end(quick
         steps = [json.loads(l)["step"] for l in layout.metrics.read_text().splitlines() if '"reward"' in l]
         assert steps == list(range(1, QUICK_STEPS + 1)) == [s["step"] for s in result["rl_steps"][name]]
         assert layout.validated_iterations() == [QUICK_STEPS]
+        # a checkpoint every third of the budget (here every step), so that a killed arm resumes near where it was
+        assert [f.name for f in layout.checkpoint_folders()] == [f"step_{s:06d}" for s in range(QUICK_STEPS, 0, -1)]
         assert result["phases"][name]["rl_minutes"] > 0 and result["phases"][name]["cpu"]
     for name in ("base", "warmup_only"):
         assert RunLayout(out / name).validated_iterations() == [0] and not RunLayout(out / name).rollout_files()
@@ -172,9 +174,22 @@ def test_the_rl_arms_differ_only_in_the_curriculum_which_acts_from_the_second_st
     assert weights("grpo_fixed", 1) == weights("grpo_fixed", QUICK_STEPS) != weights("grpo_sead_joint", 1)
 
 
+def test_checkpoints_fall_every_third_of_an_arms_budget(script):
+    assert [script.checkpoint_every(n) for n in (1, 2, 3, 4, 10, 30)] == [1, 1, 1, 2, 4, 10]
+    args = script.parse_args(["--steps", "10", "--out", "x"])
+    grpo = [p for p in script.phases(args) if p.steps]
+    assert grpo and all("trainer.save_every=4" in p.settings for p in grpo)
+
+
 def test_a_rerun_reuses_finished_phases_and_refuses_one_run_with_other_settings(script, quick):
     out, result = quick
     times = (out / "phase_times.json").read_text()
+    # an arm that saved checkpoints on another schedule (an older version of this script) is the same arm
+    config = RunLayout(out / "grpo_fixed").config
+    config.write_text(
+        config.read_text().replace(f"save_every: {script.checkpoint_every(QUICK_STEPS)}", "save_every: 7")
+    )
+    assert "save_every: 7" in config.read_text()
     script.main(["--quick", "--out", str(out), "--results", str(out / "again")])
     assert (out / "phase_times.json").read_text() == times  # nothing ran again
     assert json.loads((out / "again.json").read_text())["comparisons"] == result["comparisons"]

@@ -49,3 +49,34 @@ def test_quick_run_reports_every_figure_against_its_roofline(tiny_model_dir, tmp
     for t in result["training"]:
         assert positive(t["tok_s"]) and positive(t["gflop_s"]) and positive(t["of_roofline"])
         assert t["agent_tokens"] > 0 and t["shared_prompt"] > 1000
+
+
+def test_random_weights_keep_the_architecture_and_tokenizer_and_draw_new_weights(tiny_model_dir):
+    """--random-weights: for a machine (a GPU box) the real weights cannot be copied to."""
+    from safetensors.torch import load_file
+
+    roofline = load_benchmark("roofline")
+    src = tiny_model_dir
+    dst = roofline.random_weights_folder(src, seed=1)
+    try:
+        assert json.loads((dst / "config.json").read_text()) | {"dtype": None} == json.loads(
+            (src / "config.json").read_text()
+        ) | {"dtype": None}
+        assert (dst / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+        old, new = load_file(src / "model.safetensors"), load_file(dst / "model.safetensors")
+        assert old.keys() == new.keys() and all(old[k].shape == new[k].shape for k in old)
+        assert any(not (old[k] == new[k]).all() for k in old if old[k].ndim == 2)  # drawn anew, not copied
+    finally:
+        import shutil
+
+        shutil.rmtree(dst)
+
+
+def test_a_gpu_run_on_a_machine_without_one_says_so(tiny_model_dir, monkeypatch, capsys):
+    import pytest
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        load_benchmark("roofline").main(["--quick", "--device", "cuda", "--model", str(tiny_model_dir)])
+    assert "torch sees no GPU" in capsys.readouterr().err
