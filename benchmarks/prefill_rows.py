@@ -3,8 +3,10 @@ run, each case in a fresh process (so that its peak memory is its own).
 
 - `distinct`: ROWS different prompts of the same length (every row's tokens go through the model);
 - `alike`: ROWS / GROUP distinct prompts, GROUP rows each (a branched group's members: one pass per prompt);
-- `all_scores`: `distinct` with `attention.SCORE_BUDGET` lifted, so attention holds every row's fp32 scores at once
-  (how it was before scores were taken a slice of rows at a time).
+- `cascade`: `distinct` with prompt attention as matmuls that hold fp32 scores a slice of rows at a time
+  (`attention.TILED_PREFILL` off: how it was before the tiled CPU kernel);
+- `all_scores`: `cascade` with `attention.SCORE_BUDGET` lifted, so attention holds every row's scores at once
+  (how it was before the slices).
 
     .venv/bin/python benchmarks/prefill_rows.py [--rows 32] [--group 4] [--words 480] [--out FILE.json]
 
@@ -20,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-CASES = ("distinct", "alike", "all_scores")
+CASES = ("distinct", "alike", "cascade", "all_scores")
 
 
 def one_case(case: str, rows: int, group: int, words: int, model_path: str | None = None) -> dict:
@@ -42,6 +44,8 @@ def one_case(case: str, rows: int, group: int, words: int, model_path: str | Non
         return list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)["input_ids"])
 
     prompts = [prompt(i // group if case == "alike" else i) for i in range(rows)]
+    if case in ("cascade", "all_scores"):
+        attention.TILED_PREFILL = False
     if case == "all_scores":
         attention.SCORE_BUDGET = 2**62
     policy = HFPolicy(model, tok, SamplingConfig(temperature=1.0, top_p=1.0), max_batch=rows, turn_cache_mb=0)
@@ -64,6 +68,8 @@ def one_case(case: str, rows: int, group: int, words: int, model_path: str | Non
         "new_tokens_per_row": len(prompts[0]) - len(policy._prefix[1]),
         "prompt_rows_run": prompt_rows[-1],
         "threads": torch.get_num_threads(),
+        "tiled_prefill": attention.TILED_PREFILL,
+        "score_budget_lifted": attention.SCORE_BUDGET >= 2**62,
     }
 
 
@@ -103,11 +109,17 @@ def main(argv: list[str] | None = None) -> None:
         console.print(
             f"{case:>10}: {r['seconds']:.1f} s, peak RSS {r['peak_rss_gb']:.2f} GB (+{r['peak_rise_gb']:.2f})"
         )
-    d, a, s = (results[c] for c in CASES)
+    d, a, c, s = (results[c] for c in CASES)
+
+    def rise(r: dict) -> float:
+        return max(r["peak_rise_gb"], 1e-9)
+
     ratios = {
         "distinct_over_alike_seconds": d["seconds"] / a["seconds"],
-        "all_scores_over_sliced_peak_rise": s["peak_rise_gb"] / max(d["peak_rise_gb"], 1e-9),
-        "all_scores_over_sliced_seconds": s["seconds"] / d["seconds"],
+        "cascade_over_tiled_seconds": c["seconds"] / d["seconds"],
+        "cascade_over_tiled_peak_rise": rise(c) / rise(d),
+        "all_scores_over_sliced_peak_rise": rise(s) / rise(c),
+        "all_scores_over_sliced_seconds": s["seconds"] / c["seconds"],
     }
     for k, v in ratios.items():
         console.print(f"{k}: {v:.2f}x")

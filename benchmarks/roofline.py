@@ -403,8 +403,7 @@ def plot(result: dict, path: Path) -> None:
     axes[0][0].legend(fontsize=8)
     machine = result["machine"]
     on = (machine.get("accelerator") or {}).get("name") or machine["cpu"]["model"]
-    weights = ", random weights" if result["settings"]["random_weights"] else ""
-    fig.suptitle(f"{result['model']['label']} decode on {on}{weights}", fontsize=10)
+    fig.suptitle(f"{result['model']['label']} decode on {on}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -475,7 +474,7 @@ def main(argv: list[str] | None = None) -> dict:
             gc.collect()
     if model_path:
         shutil.rmtree(model_path)
-        label = f"{args.model} (random weights)"
+        label = f"random weights, architecture of {args.model}"
     probes.append(probe_machine(args.dtypes, matmul_n, mib, device))
     machine["uptime_after"] = uptime()
     machine["probes"] = probes

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from sead.dialogue import AgentRequest
 from sead.models import attention
-from sead.models.attention import NAME, _single_query, _with_shared_prefix
+from sead.models.attention import NAME, _cascade, _single_query, _tiled, _with_shared_prefix
 from sead.models.loading import ModelConfig, load_model
 from sead.policy.hf import HFPolicy
 from sead.policy.settings import SamplingConfig
@@ -130,18 +130,15 @@ def test_saved_models_do_not_name_the_sead_attention(gqa_model, tmp_path):
     assert NAME not in (tmp_path / "config.json").read_text()
 
 
-@pytest.mark.parametrize("q_len", [1, 5])
-def test_a_shared_prefix_kept_apart_gives_the_attention_of_prefix_and_rows_concatenated(q_len):
-    """Cascade attention: the prefix (one copy) and each row's own keys in one softmax, equal to the fused
-    kernel over [prefix | own] with the prefix copied into every row."""
-    g = torch.Generator().manual_seed(2)
-    rows, heads, kv_heads, dim, p, own = 3, 6, 2, 16, 11, 9
+def prefix_case(seed: int, q_len: int, dtype=torch.float32, rows: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    heads, kv_heads, dim, p, own = 6, 2, 16, 11, 9
     q = torch.randn((rows, heads, q_len, dim), generator=g)
     pk, pv = (torch.randn((1, kv_heads, p, dim), generator=g) for _ in range(2))
     k, v = (torch.randn((rows, kv_heads, own, dim), generator=g) for _ in range(2))
     mask = torch.rand((rows, 1, q_len, own), generator=g) > 0.4
     mask[1] = False  # a row whose own keys are all hidden still sees the prefix
-    got = _with_shared_prefix(q, k, v, mask, (pk, pv), None)
+    mask[0, :, 0] = False  # and so does a single query whose own keys are all hidden (a left-padded position)
     full_mask = torch.cat([torch.ones((rows, 1, q_len, p), dtype=torch.bool), mask], dim=-1)
     expected = F.scaled_dot_product_attention(
         q,
@@ -150,19 +147,52 @@ def test_a_shared_prefix_kept_apart_gives_the_attention_of_prefix_and_rows_conca
         attn_mask=full_mask,
         enable_gqa=True,
     ).transpose(1, 2)
-    assert torch.allclose(got, expected, atol=1e-5)
+    inputs = [t.to(dtype) for t in (q, k, v)] + [mask, (pk.to(dtype), pv.to(dtype))]
+    return inputs, expected
+
+
+@pytest.mark.parametrize("path", [_cascade, _tiled])
+@pytest.mark.parametrize("q_len", [1, 5])
+def test_a_shared_prefix_kept_apart_gives_the_attention_of_prefix_and_rows_concatenated(path, q_len):
+    """The prefix (one copy) and each row's own keys in one softmax, equal to the fused kernel over [prefix | own]
+    with the prefix copied into every row: cascade matmuls, and the tiled kernel's two parts merged."""
+    (q, k, v, mask, prefix), expected = prefix_case(2, q_len)
+    got = path(q, k, v, mask, prefix, None)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_the_tiled_prefix_attention_in_bf16_stays_within_bf16_rounding():
+    (q, k, v, mask, prefix), expected = prefix_case(3, 7, torch.bfloat16)
+    got = _tiled(q, k, v, mask, prefix, None)
+    assert got.dtype == torch.bfloat16 and torch.allclose(got.float(), expected, atol=3e-2)
+    assert (got.float() - expected).abs().mean() < 5e-3
+
+
+def test_cpu_prompt_positions_take_the_tiled_kernel_and_decoding_steps_the_cascade(monkeypatch):
+    taken = []
+    monkeypatch.setattr(attention, "_tiled", lambda *a: taken.append("tiled"))
+    monkeypatch.setattr(attention, "_cascade", lambda *a: taken.append("cascade"))
+    with torch.no_grad():  # as HFPolicy samples
+        for q_len in (5, 1):
+            _with_shared_prefix(*prefix_case(2, q_len)[0], None)
+    _with_shared_prefix(*prefix_case(2, 5)[0], None)  # a forward with gradient: the tiled kernel's lse has none
+    monkeypatch.setattr(attention, "TILED_PREFILL", False)
+    with torch.no_grad():
+        _with_shared_prefix(*prefix_case(2, 5)[0], None)
+    assert taken == ["tiled", "cascade", "cascade", "cascade"]
 
 
 def test_a_prompt_of_many_rows_is_attended_a_slice_of_rows_at_a_time_with_the_same_result(monkeypatch):
-    """Prefill scores are held for a slice of rows at a time (attention.SCORE_BUDGET), so their memory stays
-    bounded however many rows a call has; rows are independent, so the slices change nothing."""
+    """The cascade's scores (a GPU's prompt positions, or with TILED_PREFILL off) are held for a slice of rows at a
+    time (attention.SCORE_BUDGET), so their memory stays bounded however many rows a call has; rows are
+    independent, so the slices change nothing."""
     g = torch.Generator().manual_seed(4)
     rows, heads, kv_heads, dim, p, own, q_len = 7, 6, 2, 16, 11, 9, 5
     q = torch.randn((rows, heads, q_len, dim), generator=g)
     pk, pv = (torch.randn((1, kv_heads, p, dim), generator=g) for _ in range(2))
     k, v = (torch.randn((rows, kv_heads, own, dim), generator=g) for _ in range(2))
     mask = torch.rand((rows, 1, q_len, own), generator=g) > 0.4
-    whole = _with_shared_prefix(q, k, v, mask, (pk, pv), None)
+    whole = _cascade(q, k, v, mask, (pk, pv), None)
     held = []
     real_matmul = torch.matmul
 
@@ -173,7 +203,7 @@ def test_a_prompt_of_many_rows_is_attended_a_slice_of_rows_at_a_time_with_the_sa
 
     monkeypatch.setattr(attention, "SCORE_BUDGET", 3 * heads * q_len * (p + own))  # three rows' scores
     monkeypatch.setattr(attention.torch, "matmul", recording_matmul)
-    sliced = _with_shared_prefix(q, k, v, mask, (pk, pv), None)
+    sliced = _cascade(q, k, v, mask, (pk, pv), None)
     monkeypatch.undo()
     assert max(held) <= 3 * heads * q_len * max(p, own, dim)  # never more than three rows' scores at once
     assert sliced.shape == whole.shape and torch.allclose(sliced, whole, atol=1e-6)
