@@ -208,8 +208,7 @@ def refuse_other_settings(run: Path, expected) -> None:
     from sead.run.frozen_config import changed_settings, read_saved_config
 
     saved = OmegaConf.to_container(read_saved_config(RunLayout(run).config))
-    changes = changed_settings(saved, OmegaConf.to_container(expected))
-    changes = {k: v for k, v in changes.items() if not k.startswith(BOOKKEEPING)}
+    changes = changed_settings(saved, OmegaConf.to_container(expected), ignore=BOOKKEEPING)
     if changes:
         shown = "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:6])
         raise SystemExit(

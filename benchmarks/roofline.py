@@ -159,20 +159,21 @@ def roofline(flops: float, nbytes: float, bw: float, rate: float) -> dict:
 
 
 # -- measuring SEAD and generate() ---------------------------------------------------------------------------------
+def clock(sync=None) -> float:
+    """time.perf_counter(), after `sync` (if any) has waited for a GPU's queued work."""
+    if sync:
+        sync()
+    return time.perf_counter()
+
+
 @contextmanager
 def forward_clock(model, sync=None):
-    """Collects (start, end) of every forward call of `model` into the list it yields; `sync` first waits for a
-    GPU's queued work, so that each call's time is its own."""
+    """Collects (start, end) of every forward call of `model` into the list it yields; each read of the clock
+    first waits for the GPU (`sync`), so that each call's time is its own."""
     calls, starts = [], []
-
-    def now() -> float:
-        if sync:
-            sync()
-        return time.perf_counter()
-
     hooks = [
-        model.register_forward_pre_hook(lambda *_: starts.append(now())),
-        model.register_forward_hook(lambda *_: calls.append((starts.pop(), now()))),
+        model.register_forward_pre_hook(lambda *_: starts.append(clock(sync))),
+        model.register_forward_hook(lambda *_: calls.append((starts.pop(), clock(sync)))),
     ]
     try:
         yield calls
@@ -193,9 +194,7 @@ def split_timing(model, run, steps: int, repeats: int, budget_s: float = 20.0) -
         with forward_clock(model, sync) as calls:
             t0 = time.perf_counter()
             tokens = run()
-            if sync:
-                sync()
-            t1 = time.perf_counter()
+            t1 = clock(sync)
         spent += t1 - t0
         prefill_end = calls[-steps - 1][1]
         out = {"new_tokens": tokens, "prefill_s": prefill_end - t0, "decode_s": t1 - prefill_end}

@@ -79,14 +79,16 @@ def _under(key: str, prefixes: tuple[str, ...]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
-def changed_settings(before: dict, after: dict) -> dict[str, tuple[Any, Any]]:
-    """Every leaf key whose value differs, including keys only one side has, as key -> (before, after)."""
+def changed_settings(before: dict, after: dict, ignore: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
+    """Every leaf key whose value differs, including keys only one side has, as key -> (before, after); keys under
+    INVOCATION or `ignore` (dotted prefixes) are left out."""
     a, b = _flatten(before), _flatten(after)
     absent = "(absent)"
+    skip = INVOCATION + ignore
     return {
         k: (a.get(k, absent), b.get(k, absent))
         for k in sorted(a.keys() | b.keys())
-        if a.get(k, absent) != b.get(k, absent) and not _under(k, INVOCATION)
+        if a.get(k, absent) != b.get(k, absent) and not _under(k, skip)
     }
 
 
