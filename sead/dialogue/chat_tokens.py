@@ -15,14 +15,10 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 
-from sead.dialogue.chat_render import TurnRenderer, render, window_is_exact
+from sead.dialogue.chat_render import TemplateError, TurnRenderer, render, rendering_mode
 
 RECURRING_KEPT = 64  # texts remembered per tokenizer: opening prompts and the template's closing glue
 _recurring: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {text: ids}
-
-
-class TemplateError(ValueError):
-    """The chat template rewrites earlier turns, so a conversation cannot be extended token by token."""
 
 
 @dataclass
@@ -55,6 +51,21 @@ def plain_ids(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
+def plain_text(tok, ids: list[int]) -> str:
+    """`tok.decode(ids, skip_special_tokens=False)`, straight from the Rust tokenizer when transformers would not
+    change its text (no clean-up of spaces, which transformers skips for BPE models anyway)."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None and (
+        not getattr(tok, "clean_up_tokenization_spaces", False)
+        or (
+            type(backend.model).__name__ == "BPE"
+            and not getattr(tok, "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False)
+        )
+    ):
+        return backend.decode(ids, skip_special_tokens=False)
+    return tok.decode(ids, skip_special_tokens=False)
+
+
 def recurring_ids(tok, text: str) -> list[int]:
     """`plain_ids` of a text that recurs in every dialogue (the SOP prompt that opens it, the glue that closes
     each agent turn), encoded once per tokenizer."""
@@ -71,9 +82,11 @@ class ChatTokens:
         self.tok = tokenizer
         self.messages: list[dict] = [{"role": sop_role, "content": system_prompt}]
         self.segments: list[TokenSegment] = []
-        self._renderer = TurnRenderer(tokenizer, window_is_exact(tokenizer, self.messages[0]))
+        self._renderer = TurnRenderer(tokenizer, rendering_mode(tokenizer, self.messages[0]), self.messages[0])
         self._segment_start = 1  # index in self.messages where the current segment's history starts
         self.appended = 0  # tokens added after the first prompt (agent turns, glue, user turns): the budget
+        eos = tokenizer.eos_token_id
+        self._eos_text = plain_text(tokenizer, [eos]) if eos is not None else ""
         opening = render(tokenizer, self.messages, True)
         self._new_segment(opening, recurring_ids(tokenizer, opening))
 
@@ -103,20 +116,19 @@ class ChatTokens:
         eos = self.tok.eos_token_id
         stopped = bool(sampled) and sampled[-1] == eos
         content_ids = sampled[:-1] if stopped else sampled
-        content = self.tok.decode(content_ids, skip_special_tokens=False)
+        content = plain_text(self.tok, content_ids)
         seg = self.segments[-1]
         seg.extend(list(sampled), trained=trained, logprobs=logprobs if trained else None)
         self.messages.append({"role": "assistant", "content": content})
-        before, rendered = self._renderer.extend(self._segment_messages(), False)
-        head = before + content
-        if not rendered.startswith(head):
+        text = self._renderer.extend(self._segment_messages(), False)
+        if not text.startswith(content):
             raise TemplateError(
                 "the chat template does not render the assistant turn as an append to the "
                 "prompt (it rewrites earlier text); this model cannot be trained turn by turn"
             )
-        closing = rendered[len(head) :]
+        closing = text[len(content) :]
         if stopped:
-            eos_text = self.tok.decode([eos], skip_special_tokens=False)
+            eos_text = self._eos_text
             if not closing.startswith(eos_text):
                 raise TemplateError(f"the template does not close assistant turns with {eos_text!r}")
             closing = closing[len(eos_text) :]
@@ -127,10 +139,7 @@ class ChatTokens:
 
     def add_user(self, content: str) -> None:
         self.messages.append({"role": "user", "content": content})
-        before, rendered = self._renderer.extend(self._segment_messages(), True)
-        if not rendered.startswith(before):
-            raise TemplateError("the chat template rewrites earlier turns when a user turn is added")
-        delta = self._encode(rendered[len(before) :])
+        delta = self._encode(self._renderer.extend(self._segment_messages(), True))
         self.segments[-1].extend(delta, trained=False)
         self.appended += len(delta)
 
