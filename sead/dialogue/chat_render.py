@@ -38,6 +38,8 @@ PROBE_CONTENTS = (
     "\n",
 )
 _verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {(template, role, text): mode}
+# tokenizer -> {(template, first role, first text): {(role, parity, before, after): (head, tail)}}, shared by dialogues
+_wrappers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class TemplateError(ValueError):
@@ -71,11 +73,8 @@ class TurnRenderer:
         self._start = 1  # windowed: index in the segment's messages where the window's history begins (odd)
         self._text = ""  # windowed and full: rendering of the window (or of everything) as of the last call
         self._generation_prompt = True  # whether the text so far ends with the generation prompt
-        self._wrappers: dict[tuple, tuple[str, str]] = {}  # literal: (role, parity, before, after) -> head, tail
-
-    @property
-    def windowed(self) -> bool:
-        return self.mode == "windowed"
+        # literal: (role, parity, before, after) -> head, tail; one table for every dialogue with this opening
+        self._wrappers = _wrappers.setdefault(tok, {}).setdefault(_opening(tok, first), {})
 
     def reset(self, text: str) -> None:
         """A new segment, whose messages render as `text` with the generation prompt; the window starts there."""
@@ -128,10 +127,14 @@ def rendering_mode(tok, first: dict) -> str:
     """The fastest of MODES whose text equals full rendering for this template and first message, on the probe
     conversations. Cached per tokenizer."""
     by_template = _verdicts.setdefault(tok, {})
-    key = (tok.chat_template, first["role"], first["content"])
+    key = _opening(tok, first)
     if key not in by_template:
         by_template[key] = next(m for m in MODES if m == "full" or _probe(tok, first, m))
     return by_template[key]
+
+
+def _opening(tok, first: dict) -> tuple[str, str, str]:
+    return tok.chat_template, first["role"], first["content"]
 
 
 def _probe(tok, first: dict, mode: str) -> bool:
