@@ -6,6 +6,8 @@ with and without GRPO, on the same held-out dialogues, compared dialogue by dial
     .venv/bin/python benchmarks/learning_curve.py --quick --out /tmp/lc   # the whole pipeline on the tiny model
     .venv/bin/python benchmarks/learning_curve.py --development --out DIR [--warmup-from RUN] [--phases ...]
         # recipe choices are made here: the development seed, results next to DIR, never the held-out set
+    .venv/bin/python benchmarks/learning_curve.py --phases warmup warmup_only grpo_sead_joint \
+        --earlier benchmarks/learning_curve.json   # finish a run too long for one session on another machine
 
 Phases, each a run directory under --out made by the Trainer itself (validation, metrics, warm-up reuse):
 - base:            the model before any training (a reference point);
@@ -17,8 +19,11 @@ Budgets are dialogues and steps, never minutes, so any machine repeats the same 
 and CPU are reported apart. The claim (issue 18): grpo_fixed completes >= 10 points more of the held-out dialogues
 than warmup_only, exact McNemar p < 0.01, in at most 60 minutes of RL steps on the 2-core CPU; what the curriculum
 adds (grpo_sead_joint against grpo_fixed) is reported whatever it is. A finished phase is reused (refused if it was
-run with other settings), an interrupted one resumes. Extra arguments are Hydra overrides for every phase. Writes
-learning_curve.json and .png next to this file (--quick: into --out).
+run with other settings), an interrupted one resumes. An arm measured in an earlier run of the same experiment (its
+results JSON, --earlier) stands in for one not measured in --out, so a run longer than one session can be finished
+elsewhere; an arm measured in both is compared dialogue by dialogue (greedy validation should repeat exactly).
+Extra arguments are Hydra overrides for every phase. Writes learning_curve.json and .png next to this file (--quick:
+into --out).
 """
 
 from __future__ import annotations
@@ -226,7 +231,12 @@ def record_phase_time(out: Path, name: str, seconds: float, *, resumed: bool) ->
 
 # -- the report, read only from the run directories -------------------------------------------------------------
 def arm(run: Path, label: str) -> dict:
-    """One measured model: its last validation. CR's CI is Wilson's (a bootstrap collapses at 0 of n)."""
+    """One measured model: its last validation, with each dialogue's outcome and the run's config, so that the
+    results JSON alone can stand in for the run later (--earlier). CR's CI is Wilson's (a bootstrap collapses at 0
+    of n)."""
+    from omegaconf import OmegaConf
+
+    from sead.run.paired import validation_outcomes
     from sead.run.validation_table import interval
 
     layout = RunLayout(run)
@@ -245,7 +255,17 @@ def arm(run: Path, label: str) -> dict:
         **user_side,
         "end_reasons": m["end_reasons"],
         "dialogues": str(layout.validation_dialogues(measured)),
+        "outcomes": outcomes_to_json(validation_outcomes(layout.validation_dialogues(measured))),
+        "config": OmegaConf.to_container(OmegaConf.load(layout.config)),
     }
+
+
+def outcomes_to_json(outcomes: dict[tuple[int, int], dict]) -> list[list]:
+    return [[profile, trial, o["profile"], o["success"]] for (profile, trial), o in sorted(outcomes.items())]
+
+
+def outcomes_from_json(rows: list[list]) -> dict[tuple[int, int], dict]:
+    return {(profile, trial): {"profile": p, "success": success} for profile, trial, p, success in rows}
 
 
 def check_same_task(configs: dict[str, dict]) -> None:
@@ -259,9 +279,9 @@ def check_same_task(configs: dict[str, dict]) -> None:
 
 
 def compare(arms: dict[str, dict]) -> list[dict]:
-    from sead.run.paired import paired_comparison, validation_outcomes
+    from sead.run.paired import paired_comparison
 
-    outcomes = {name: validation_outcomes(Path(a["dialogues"])) for name, a in arms.items()}
+    outcomes = {name: outcomes_from_json(a["outcomes"]) for name, a in arms.items()}
     return [
         {"a": a, "b": b, "measures": what, **paired_comparison(outcomes[a], outcomes[b])}
         for a, b, what in COMPARISONS
@@ -294,21 +314,25 @@ def rl_steps(run: Path) -> list[dict]:
     return [{**{k: m.get(k) for k in keys}, "step_s": m["time"]["step_s"]} for m in lines]
 
 
-def collect(out: Path) -> dict:
-    from omegaconf import OmegaConf
-
+def collect(out: Path, earlier: Path | None = None) -> dict:
     from sead.run.frozen_config import changed_settings
 
-    measured = {n: out / n for n in ARMS if RunLayout(out / n).validated_iterations()}
-    if not measured:
-        raise SystemExit(f"no measured phase in {out}")
-    configs = {n: OmegaConf.to_container(OmegaConf.load(RunLayout(run).config)) for n, run in measured.items()}
+    measured = {n: arm(out / n, ARMS[n]) for n in ARMS if RunLayout(out / n).validated_iterations()}
+    before = earlier_results(earlier) if earlier else {"arms": {}, "phases": {}, "rl_steps": {}}
+    carried = {n: {**a, "from": str(earlier)} for n, a in before["arms"].items() if n not in measured}
+    arms = {n: measured.get(n) or carried[n] for n in ARMS if n in measured or n in carried}
+    if not arms:
+        raise SystemExit(f"no measured phase in {out}" + (f" or {earlier}" if earlier else ""))
+    configs = {n: a["config"] for n, a in arms.items()}
     check_same_task(configs)
-    arms = {n: arm(run, ARMS[n]) for n, run in measured.items()}
     comparisons = compare(arms)
     times_path = out / "phase_times.json"
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
     ran = [n for n in PHASES if RunLayout(out / n).machine.exists()]
+    phases = {n: {**p, "from": str(earlier)} for n, p in before["phases"].items() if n not in ran}
+    phases.update({n: phase_record(out / n, times.get(n)) for n in ran})
+    steps = {n: before["rl_steps"][n] for n in carried if n in before["rl_steps"]}
+    steps.update({n: rl_steps(out / n) for n in measured if n.startswith("grpo")})
     anchor = configs.get("grpo_fixed") or next(iter(configs.values()))
     reused = anchor["trainer"]["warmup"]["reuse"]  # the warm-up the arms started from (--warmup-from or out/warmup)
     warm = WarmupFolder(Path(reused)).summary if reused else RunLayout(out / "warmup").warmup.summary
@@ -316,19 +340,45 @@ def collect(out: Path) -> dict:
         "held_out": {k: anchor["trainer"]["validation"][k] for k in ("profiles", "trials", "seed")},
         "model": anchor["model"]["preset"],
         "user_simulator": anchor["usersim"]["name"],
-        "warmup": json.loads(warm.read_text()) if warm.exists() else None,
+        "warmup": json.loads(warm.read_text()) if warm.exists() else before.get("warmup"),
         "arms": arms,
         "comparisons": comparisons,
-        "target": target(comparisons, rl_steps(out / "grpo_fixed")),
+        "target": target(comparisons, steps.get("grpo_fixed", [])),
         "curriculum": next((c for c in comparisons if (c["a"], c["b"]) == COMPARISONS[1][:2]), None),
-        "phases": {n: phase_record(out / n, times.get(n)) for n in ran},
-        "rl_steps": {n: rl_steps(run) for n, run in measured.items() if n.startswith("grpo")},
+        "repeated": repeated(measured, before["arms"]),
+        "phases": phases,
+        "rl_steps": {n: steps[n] for n in arms if n in steps},
         "config": anchor,
         # each phase against grpo_fixed's config: the arms should differ only in what defines them
         "config_differences": {
             n: {k: list(v) for k, v in changed_settings(anchor, c).items()} for n, c in configs.items()
         },
     }
+
+
+def earlier_results(path: Path) -> dict:
+    """An earlier results JSON whose arms carry what the report needs: each dialogue's outcome and the config."""
+    try:
+        before = json.loads(path.read_text())
+        lacking = [n for n, a in before["arms"].items() if not {"outcomes", "config"} <= a.keys()]
+    except (ValueError, KeyError, AttributeError) as e:
+        raise SystemExit(f"--earlier {path}: not a results file of this script ({e})") from None
+    if lacking:
+        raise SystemExit(
+            f"--earlier {path}: arms {', '.join(lacking)} carry no per-dialogue outcomes (an older version of this "
+            "script wrote it); rewrite it with --report-only where its runs are"
+        )
+    return before
+
+
+def repeated(measured: dict[str, dict], earlier: dict[str, dict]) -> dict:
+    """Arms measured both here and in the earlier results: how many of their dialogues ended otherwise (greedy
+    validation of the same weights should repeat exactly; a difference means the runs are not the same arm)."""
+    out = {}
+    for name in measured.keys() & earlier.keys():
+        now, then = (outcomes_from_json(a[name]["outcomes"]) for a in (measured, earlier))
+        out[name] = {"dialogues": len(now), "ended_otherwise": sum(now[k] != then.get(k) for k in now)}
+    return out
 
 
 def target(comparisons: list[dict], steps: list[dict]) -> dict | None:
@@ -354,8 +404,11 @@ def show(result: dict) -> None:
     for a in result["arms"].values():
         cr = mean_with_ci(a["CR"], a["ci95"], digits=3)
         car, ack = (mean_with_ci(**a[k], digits=3) for k in ("CAR", "ACK"))
-        arms.add_row(a["label"], str(a["grpo_steps"]), cr, f"{a['completed']} / {a['n']}", car, ack)
+        label = a["label"] + (" (earlier results)" if "from" in a else "")
+        arms.add_row(label, str(a["grpo_steps"]), cr, f"{a['completed']} / {a['n']}", car, ack)
     console.print(arms)
+    for name, r in result["repeated"].items():
+        console.print(f"{name}, measured again: {r['ended_otherwise']} of {r['dialogues']} dialogues ended otherwise")
     pairs = Table(title="paired on the same dialogues: exact McNemar, two-sided")
     for col in ("a vs b", "pairs", "only a", "only b", "CR gain", "p"):
         pairs.add_column(col, justify="left" if col == "a vs b" else "right")
@@ -365,6 +418,7 @@ def show(result: dict) -> None:
     for name, p in result["phases"].items():
         minutes = [f"{k.removesuffix('_minutes')} {v:.1f} min" for k, v in p.items() if k.endswith("_minutes") and v]
         resumed = " (resumed)" if p.get("resumed") else ""
+        resumed += " (earlier results)" if "from" in p else ""
         console.print(f"phase {name}: {', '.join(minutes) or 'no wall time recorded'}{resumed}, {p['cpu']}")
     if t := result["target"]:
         verdict = "[green]met" if t["met"] else "[red]not met"
@@ -435,6 +489,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=Path("outputs/learning_curve_arms"), help="where the phases' runs go")
     ap.add_argument("--results", type=Path, help="JSON and PNG, without suffix (default: next to this file)")
     ap.add_argument("--report-only", action="store_true", help="run nothing; report on the phases in --out")
+    ap.add_argument(
+        "--earlier",
+        type=Path,
+        help="results JSON of an earlier run of the same experiment: its arms stand in for those not measured in --out",
+    )
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every phase (not the held-out set)")
     args = ap.parse_args(argv)
     for key, value in (QUICK if args.quick else FULL).items():
@@ -446,6 +505,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not RunLayout(args.warmup_from).warmup.summary.exists():
             ap.error(f"--warmup-from {args.warmup_from}: no finished warm-up there")
     args.results = args.results or (args.out if args.quick or args.development else HERE) / "learning_curve"
+    if args.earlier:
+        args.earlier = args.earlier.resolve()
+        if not args.earlier.is_file():
+            ap.error(f"--earlier {args.earlier}: no such results file")
     return args
 
 
@@ -458,7 +521,7 @@ def main(argv: list[str] | None = None) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         for phase in chosen_phases(args):
             run_phase(args, phase)
-    result = collect(args.out)
+    result = collect(args.out, args.earlier)
     json_path, png_path = args.results.with_suffix(".json"), args.results.with_suffix(".png")
     json_path.write_text(json.dumps(result, indent=2))
     plot(result, png_path)

@@ -220,3 +220,33 @@ def test_an_arm_can_start_from_another_runs_warm_up_and_run_alone(script, quick,
     assert json.loads(RunLayout(other / "grpo_fixed").warmup.summary.read_text())["reused_from"] == str(
         RunLayout(out / "warmup").warmup.path
     )
+
+
+def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick, tmp_path):
+    """A run too long for one session: the arms measured before stand in through their results JSON, and an arm
+    measured again is compared with its earlier self dialogue by dialogue."""
+    out, result = quick
+    earlier, later = out / "learning_curve.json", tmp_path / "later"
+    with pytest.raises(SystemExit):  # argparse's error: no such results file
+        script.parse_args(["--quick", "--earlier", str(tmp_path / "none.json"), "--out", str(later)])
+    args = ["--quick", "--warmup-from", str(out / "warmup"), "--phases", "warmup_only", "--out", str(later)]
+    script.main([*args, "--earlier", str(earlier)])
+    again = json.loads((later / "learning_curve.json").read_text())
+    assert list(again["arms"]) == list(result["arms"])
+    assert [a.get("from") for a in again["arms"].values()] == [str(earlier), None, str(earlier), str(earlier)]
+    assert again["comparisons"] == result["comparisons"]  # the same pairs, from outcomes kept in the JSON
+    assert again["repeated"] == {"warmup_only": {"dialogues": QUICK_DIALOGUES, "ended_otherwise": 0}}
+    assert again["rl_steps"] == result["rl_steps"] and again["target"] == result["target"]
+    assert again["phases"]["grpo_fixed"]["from"] == str(earlier) and "from" not in again["phases"]["warmup_only"]
+
+    def altered(change) -> Path:
+        data = json.loads(earlier.read_text())
+        change(data["arms"]["base"])
+        path = tmp_path / "altered.json"
+        path.write_text(json.dumps(data))
+        return path
+
+    with pytest.raises(SystemExit, match="arms base carry no per-dialogue outcomes"):
+        script.collect(later, altered(lambda base: base.pop("outcomes")))
+    with pytest.raises(SystemExit, match=r"base and warmup_only pose different tasks .*trainer.validation.seed"):
+        script.collect(later, altered(lambda base: base["config"]["trainer"]["validation"].update(seed=7)))
