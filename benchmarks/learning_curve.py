@@ -242,6 +242,7 @@ def arm(run: Path, label: str) -> dict:
     layout = RunLayout(run)
     measured = layout.validated_iterations()[-1]
     m = json.loads(layout.validation_metrics(measured).read_text())
+    dialogues = layout.validation_dialogues(measured)
     completed, n = m["counts"]["completed"], m["counts"]["evaluated"]
     user_side = {k: {"mean": m["metrics"][k]["mean"], "ci95": list(interval(m, k))} for k in ("CAR", "ACK")}
     return {
@@ -254,8 +255,8 @@ def arm(run: Path, label: str) -> dict:
         "ci95": list(interval(m, "CR")),
         **user_side,
         "end_reasons": m["end_reasons"],
-        "dialogues": str(layout.validation_dialogues(measured)),
-        "outcomes": outcomes_to_json(validation_outcomes(layout.validation_dialogues(measured))),
+        "dialogues": str(dialogues),
+        "outcomes": outcomes_to_json(validation_outcomes(dialogues)),
         "config": OmegaConf.to_container(OmegaConf.load(layout.config)),
     }
 
@@ -361,6 +362,9 @@ def earlier_results(path: Path) -> dict:
     try:
         before = json.loads(path.read_text())
         lacking = [n for n, a in before["arms"].items() if not {"outcomes", "config"} <= a.keys()]
+        missing = {"phases", "rl_steps"} - before.keys()
+        if missing:
+            raise KeyError(", ".join(sorted(missing)))
     except (ValueError, KeyError, AttributeError) as e:
         raise SystemExit(f"--earlier {path}: not a results file of this script ({e})") from None
     if lacking:
