@@ -270,11 +270,11 @@ def outcomes_from_json(rows: list[list]) -> dict[tuple[int, int], dict]:
 
 
 def check_same_task(configs: dict[str, dict]) -> None:
-    from sead.run.frozen_config import changed_settings
+    from sead.run.frozen_config import changed_settings, under
 
     (first, cfg), *others = configs.items()
     for name, other in others:
-        changes = [k for k in changed_settings(cfg, other) if any(k == t or k.startswith(f"{t}.") for t in TASK_KEYS)]
+        changes = [k for k in changed_settings(cfg, other) if under(k, TASK_KEYS)]
         if changes:
             raise SystemExit(f"{first} and {name} pose different tasks or held-out sets ({', '.join(changes[:6])})")
 

@@ -177,6 +177,30 @@ def test_setback_cuts_replay_the_turn_after_which_the_user_lost_ground():
     assert {len(j.prefix) for j in jobs} <= {1, 4} and len({j.prefix for j in jobs}) == 1
 
 
+def test_a_dialogue_gives_several_cuts_at_distinct_turns_when_asked():
+    ep = dialogue(5, won=False, seed=4)
+    assert len(branch_points([ep], 4, random.Random(0))) == 1  # one cut per dialogue by default
+    for seed in range(20):
+        cuts = [k for _, k in branch_points([ep], 9, random.Random(seed), per_dialogue=3)]
+        assert len(cuts) == 3 == len(set(cuts)) and set(cuts) <= {1, 2, 3, 4}
+        assert len(branch_points([ep], 9, random.Random(seed), per_dialogue=9)) == 4  # every turn it can be cut at
+    # profiles still take turns: B's dialogue is cut before A's gives its second group
+    other = dialogue(5, won=False, seed=6)
+    other.profile = Profile.make({"cooperation": 2, "emotion": 2, "trust": 2}, [])
+    points = branch_points([ep, other], 4, random.Random(1), per_dialogue=2)
+    assert [e.meta["seed"] for e, _ in points][:2] in ([4, 6], [6, 4]) and len(points) == 4
+    # with setbacks, the extra cuts are other setbacks, never a turn the user did not lose ground after
+    profile = Profile.make({"cooperation": 2, "emotion": 2, "trust": 2}, [])
+    reports = [user(2, 2, 2), user(2, 2, 1), user(2, 2, 1), user(2, 1, 1), user(2, 1, 1, status=-1)]
+    lost = Episode(profile, [Turn(agent(2, 2, 2, 0), u) for u in reports], "user_hangup", meta={"seed": 9})
+    lost.meta["episode_id"] = "src9"
+    assert sorted(k for _, k in branch_points([lost], 9, random.Random(0), at="setback", per_dialogue=5)) == [1, 3, 4]
+    jobs = branch_jobs(
+        [lost], BranchConfig(groups=5, size=2, at="setback", per_dialogue=5), run_seed=1, step=1, first_group=0
+    )
+    assert sorted({len(j.prefix) for j in jobs}) == [1, 3, 4] and len(jobs) == 6
+
+
 @pytest.mark.parametrize("horizon", [0, 1])
 def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_only(tmp_path, horizon):
     cfg = ["preset=tiny", "trainer.iterations=1", "trainer.steps_per_iteration=2", "dialogue.max_turns=3"]

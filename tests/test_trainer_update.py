@@ -147,7 +147,7 @@ def test_ppo_update_trains_a_value_head_toward_the_returns(tiny):
     assert upd.estimator.critic.weight.abs().sum() > 0
 
 
-def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_runs_the_prompt_once(tiny):
+def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_gradient_and_runs_the_prompt_once(tiny):
     from sead.trainer.update import shared_prompt_length
 
     model, _ = tiny
@@ -169,8 +169,53 @@ def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_runs_the_prom
     full = masked_logprobs(model, seqs, temperature=0.7, with_entropy=True, share_prefix=False)
     for a, b in zip(shared.logps + shared.entropies, full.logps + full.entropies):
         assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
-    # the prompt once, without gradient; then only each row's own tokens, with gradient
-    assert passes == [(1, 41, False), (3, 40 + 6 + 26 - 41, True)]
+    # the prompt once, then only each row's own tokens, both with gradient
+    assert passes == [(1, 41, True), (3, 40 + 6 + 26 - 41, True)]
+
+    def gradient(scored) -> torch.Tensor:
+        model.zero_grad()
+        weights = torch.linspace(-1.0, 1.0, sum(len(lp) for lp in scored.logps))  # advantages of both signs
+        (torch.cat(scored.logps) * weights).sum().backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    # the rows' gradients through the shared prompt's keys and values add up to the full forward's
+    exact = gradient(masked_logprobs(model, seqs, temperature=0.7, share_prefix=False))
+    assert torch.allclose(gradient(masked_logprobs(model, seqs, temperature=0.7)), exact, atol=1e-6, rtol=1e-4)
+
+
+def test_micro_batches_keep_a_branched_group_together_and_whole_dialogues_by_length():
+    from sead.trainer.update import micro_batches, shared_prompt_length
+
+    torch.manual_seed(5)
+    sop = torch.randint(5, 400, (30,))
+
+    def seq(context: torch.Tensor, own: int) -> Sequence:
+        ids = torch.cat([sop, context, torch.randint(5, 400, (own,))])
+        mask = torch.zeros_like(ids)
+        mask[len(sop) + len(context) :] = 1
+        return Sequence(ids, mask, 0.0)
+
+    # a branched group: 4 one-turn continuations of one 200-token dialogue prefix, 20-35 own tokens each
+    prefix = torch.randint(5, 400, (200,))
+    group = [seq(prefix, n) for n in (20, 35, 27, 31)]
+    # other sequences whose lengths fall among the group's, each with its own context
+    others = [seq(torch.randint(5, 400, (200,)), n) for n in (22, 29, 33)]
+    # whole dialogues of one group: one opening, then 40 to 900 own tokens
+    opening = torch.randint(5, 400, (12,))
+    dialogues = [seq(opening, n) for n in (40, 300, 610, 900)]
+    batches = micro_batches([*others, *dialogues, *group], 4)
+    assert sorted(id(s) for b in batches for s in b) == sorted(id(s) for s in [*group, *others, *dialogues])
+    assert all(len(b) <= 4 for b in batches)
+    together = next(b for b in batches if any(s is group[0] for s in b))
+    assert {id(s) for s in together} == {id(s) for s in group}  # the group runs its 200-token context once
+    assert shared_prompt_length(together) == 30 + 200 - 1
+    # the dialogues share only a 12-token opening: padding 40 to 900 would cost more, so they go by length
+    for b in batches:
+        lengths = [len(s.ids) for s in b]
+        assert lengths == sorted(lengths)
+    shortest = next(b for b in batches if any(s is dialogues[0] for s in b))
+    assert {id(s) for s in shortest} == {id(dialogues[0]), *(id(s) for s in others)}  # its neighbours by length
+    assert micro_batches([], 4) == []
 
 
 def episode_with(*masks):

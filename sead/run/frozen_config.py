@@ -75,7 +75,8 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+def under(key: str, prefixes: tuple[str, ...]) -> bool:
+    """`key` is one of the dotted `prefixes` or lies below one."""
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
@@ -88,7 +89,7 @@ def changed_settings(before: dict, after: dict, ignore: tuple[str, ...] = ()) ->
     return {
         k: (a.get(k, absent), b.get(k, absent))
         for k in sorted(a.keys() | b.keys())
-        if a.get(k, absent) != b.get(k, absent) and not _under(k, skip)
+        if a.get(k, absent) != b.get(k, absent) and not under(k, skip)
     }
 
 
@@ -112,7 +113,7 @@ def with_saved_settings(cfg: DictConfig, defaults: DictConfig, overrides: Sequen
     named = [o.lstrip("+~").split("=", 1)[0] for o in overrides]
     flat_new = _flatten(new)
     set_keys = set(changed_settings(OmegaConf.to_container(defaults), new)) | set(INVOCATION)
-    set_keys |= {k for k in flat_new if _under(k, tuple(named))}
+    set_keys |= {k for k in flat_new if under(k, tuple(named))}
     for key in sorted(set_keys):
         if key in flat_new:
             OmegaConf.update(saved, key, flat_new[key], force_add=True)
@@ -130,7 +131,7 @@ def resume_config(run_dir: Path, cfg: DictConfig, step: int) -> Path:
     changes = changed_settings(saved, OmegaConf.to_container(cfg))
     if not changes:
         return saved_path
-    defining = {k: v for k, v in changes.items() if not _under(k, MAY_CHANGE)}
+    defining = {k: v for k, v in changes.items() if not under(k, MAY_CHANGE)}
     if defining and not cfg.get("resume_allow_changes", False):
         raise SEADInputError(
             f"resume=true with settings that define the run changed: {_describe(defining)}. Resume with the run's "

@@ -44,13 +44,14 @@ def setbacks(episode: Episode) -> list[int]:
 
 
 def branch_points(
-    episodes: list[Episode], groups: int, rng: random.Random, at: str = "uniform"
+    episodes: list[Episode], groups: int, rng: random.Random, at: str = "uniform", per_dialogue: int = 1
 ) -> list[tuple[Episode, int]]:
     """(source dialogue, agent turns replayed) for up to `groups` groups: failed dialogues first, then won ones,
     each shuffled, spread over the step's profiles (a profile gets a second group only once every other one has
     had one) and never the same state twice. The cut lies after the first turn and up to the last, so at least one
     of the source's turns is replayed and at least its last one is played again: uniform there, or
-    (`at="setback"`) uniform over that range's setbacks, where it has any.
+    (`at="setback"`) uniform over that range's setbacks, where it has any. A dialogue gives up to `per_dialogue`
+    cuts, each at another turn.
 
     Why spread: the rollouts of one profile often say the same lines (one user per group, a near-deterministic
     policy), so cutting several of them repeats one state; n groups of one state weigh it n times in the update,
@@ -60,15 +61,20 @@ def branch_points(
     rng.shuffle(failed)
     rng.shuffle(won)
 
-    def cut(e: Episode) -> int:
+    def candidates(e: Episode) -> list[int]:
         lost = [k for k in setbacks(e) if 1 <= k <= e.num_turns - 1] if at == "setback" else []
-        return rng.choice(lost) if lost else rng.randint(1, e.num_turns - 1)
+        return lost or list(range(1, e.num_turns))
 
-    pool, chosen, states, uses = failed + won, [], set(), Counter()
+    pool = failed + won
+    left = {id(e): candidates(e) for e in pool}  # turns a source may still be cut at
+    chosen, states, uses, tries = [], set(), Counter(), Counter()
     while pool and len(chosen) < groups:
         source = min(pool, key=lambda e: uses[e.profile])  # the first of the least-used profiles
-        pool.remove(source)
-        kept = cut(source)
+        turns = left[id(source)]
+        kept = turns.pop(rng.randrange(len(turns)))
+        tries[id(source)] += 1
+        if tries[id(source)] == per_dialogue or not turns:
+            pool.remove(source)
         state = (source.profile, source.meta["seed"], replayed(source, kept))
         if state not in states:
             states.add(state)
@@ -84,7 +90,7 @@ def branch_jobs(
     (numbered from `first_group`, after the step's full-dialogue groups)."""
     rng = random.Random(f"branch/{run_seed}/{step}")
     jobs = []
-    for g, (source, kept) in enumerate(branch_points(episodes, cfg.groups, rng, cfg.at)):
+    for g, (source, kept) in enumerate(branch_points(episodes, cfg.groups, rng, cfg.at, cfg.per_dialogue)):
         group = first_group + g
         prefix = replayed(source, kept)
         jobs += [

@@ -62,6 +62,9 @@ class BranchConfig:
     # agent turns each continuation plays after the cut (0: to the dialogue's end); its reward is then what those
     # turns earned on the user's side (the prefix's share is the same for every member, so it cancels)
     turns: int = number(0, ge=0)
+    # cuts one dialogue may give, each at another of its turns: with short continuations (`turns`), a step's few
+    # dialogues can then feed many groups
+    per_dialogue: int = number(1, ge=1)
 
 
 @dataclass

@@ -26,12 +26,41 @@ class Scored(NamedTuple):
     hidden: list[torch.Tensor]  # last hidden state at each position that predicts an agent token
 
 
+def first_agent_position(s: Sequence) -> int:
+    return int(s.mask.nonzero()[0, 0]) if s.mask.any() else len(s.ids)
+
+
 def shared_prompt_length(seqs: list[Sequence], min_prefix: int = MIN_SHARED_PREFIX) -> int:
-    """Leading tokens every sequence shares (the SOP prompt), stopping before the position that predicts the
-    first agent token of any of them, so every trained prediction is computed with a gradient. 0 when short."""
-    first_agent = min(int(s.mask.nonzero()[0, 0]) if s.mask.any() else len(s.ids) for s in seqs)
+    """Leading tokens every sequence shares (the SOP prompt; a branched group's replayed context), stopping
+    before the position that predicts the first agent token of any of them, so every trained prediction is computed
+    in the rows' own pass. 0 when short."""
+    first_agent = min(first_agent_position(s) for s in seqs)
     k = common_prefix_length([s.ids for s in seqs], first_agent - 1)
     return k if k >= min_prefix else 0
+
+
+def micro_batches(seqs: list[Sequence], size: int) -> list[list[Sequence]]:
+    """Micro-batches of at most `size` sequences of similar length (little padding). Sequences with one context
+    up to their first agent token (the members of a branched group) stay together where running that context
+    once for all of them (`masked_logprobs`) saves more tokens than padding them to one length costs; a group of
+    whole dialogues, which share only an opening, goes by length."""
+    if not seqs:
+        return []
+    anyway = shared_prompt_length(seqs, min_prefix=0)  # what every micro-batch shares (the SOP prompt)
+    families: dict[bytes, list[Sequence]] = {}
+    for s in sorted(seqs, key=lambda s: len(s.ids)):
+        families.setdefault(s.ids[: first_agent_position(s)].numpy().tobytes(), []).append(s)
+    together, loose = [], []
+    for family in families.values():
+        context = first_agent_position(family[0]) - anyway
+        for chunk in (family[i : i + size] for i in range(0, len(family), size)):
+            padding = sum(len(chunk[-1].ids) - len(s.ids) for s in chunk)  # sorted: the last is the longest
+            if padding < (len(chunk) - 1) * context:
+                together.append(chunk)
+            else:
+                loose += chunk
+    loose.sort(key=lambda s: len(s.ids))
+    return together + [loose[i : i + size] for i in range(0, len(loose), size)]
 
 
 def masked_logprobs(
@@ -39,16 +68,16 @@ def masked_logprobs(
 ):
     """Log-probs (and entropies) of the agent tokens of each sequence, one padded forward for all of them.
 
-    The SOP prompt all sequences start with goes through the trunk once, without gradient, and its key/value
-    cache serves every row (the prompt's own KV gets no gradient; every prediction of an agent token does).
+    The context all sequences start with (the SOP prompt; for the members of a branched group, everything before
+    the cut) goes through the trunk once, and its key/value cache serves every row. It keeps its gradient: the
+    rows' gradients meet in the one copy, so the result is the full forward's, at a fraction of the cost.
     Only positions that predict an agent token go through the LM head: the full-vocabulary logits of the
     prompt and user text are never materialised."""
     device = next(model.parameters()).device
     shared = shared_prompt_length(seqs) if share_prefix else 0
     cache = None
     if shared:
-        with torch.no_grad():
-            cache = model(input_ids=seqs[0].ids[None, :shared].to(device), use_cache=True).past_key_values
+        cache = model(input_ids=seqs[0].ids[None, :shared].to(device), use_cache=True).past_key_values
         cache.batch_repeat_interleave(len(seqs))
     width = max(len(s.ids) for s in seqs) - shared
     ids = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -101,8 +130,7 @@ class Updater:
         return bool(self.cfg.kl_coef) and (self.ref is not None or is_lora(self.model))
 
     def _batches(self, seqs: list[Sequence]) -> list[list[Sequence]]:
-        order = sorted(seqs, key=lambda s: len(s.ids))  # similar lengths share a micro-batch: less padding
-        return [order[i : i + self.cfg.micro_batch] for i in range(0, len(order), self.cfg.micro_batch)]
+        return micro_batches(seqs, self.cfg.micro_batch)
 
     @torch.no_grad()
     def _prepare(self, seqs: list[Sequence]) -> None:
