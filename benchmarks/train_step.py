@@ -6,7 +6,7 @@
    rows, with the preallocated KV cache (BatchCache) vs transformers' DynamicCache (which copies the cache every step);
 2. training forward + backward of the agent tokens' log-probs, three ways: the naive full-vocabulary logits
    of every position; the LM head only where agent tokens are predicted; and that plus the shared SOP prompt
-   run once without gradient, its KV cache serving every row (what the trainer does).
+   run once, its KV cache serving every row (with its gradient, as the trainer does).
 
     .venv/bin/python benchmarks/train_step.py [--rows 4] [--new-tokens 32] [--repeats 2]
 """

@@ -218,6 +218,38 @@ def test_micro_batches_keep_a_branched_group_together_and_whole_dialogues_by_len
     assert micro_batches([], 4) == []
 
 
+def test_an_update_runs_the_shared_prompt_once_and_its_gradient_is_the_full_forwards(tiny):
+    """Updater.step: the SOP prompt every sequence starts with goes through the trunk once per epoch (not once
+    per micro-batch), a branched group's own context once per micro-batch on top of it, and the gradient the
+    optimiser gets is the one of running every sequence whole."""
+    model, _ = tiny
+    torch.manual_seed(7)
+    prompt, cut = torch.randint(5, 400, (40,)), torch.randint(5, 400, (25,))
+    seqs = []
+    for i, (context, own) in enumerate(
+        [(cut, 9), (cut, 12), (cut, 7), (torch.randint(5, 400, (8,)), 30), (torch.randint(5, 400, (15,)), 22)]
+    ):
+        ids = torch.cat([prompt, context, torch.randint(5, 400, (own,))])
+        mask = torch.zeros_like(ids)
+        mask[40 + len(context) :] = 1
+        seqs.append(Sequence(ids, mask, (-1.0) ** i * (0.5 + i)))
+    total = sum(int(s.mask.sum()) for s in seqs)
+
+    model.zero_grad()
+    full = masked_logprobs(model, seqs, temperature=1.0, share_prefix=False)
+    (-sum(s.advantage * lp.sum() for s, lp in zip(seqs, full.logps)) / total).backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    passes = []  # positions of each trunk pass
+    handle = model.model.norm.register_forward_hook(lambda _m, _i, out: passes.append(out.shape[1]))
+    upd = Updater(model, None, UpdateConfig(lr=1e-9, kl_coef=0.0, micro_batch=2, grad_clip=1e9), temperature=1.0)
+    upd.step(copy.deepcopy(seqs))
+    handle.remove()
+    for name, param in model.named_parameters():
+        assert torch.allclose(param.grad, expected[name], atol=1e-6, rtol=1e-4), name
+    assert passes[0] == 40 and max(passes[1:]) < 40  # the prompt first and once; later passes carry only the rest
+
+
 def episode_with(*masks):
     """An episode whose token segments carry these loss masks (ids do not matter to the estimators)."""
     from sead.dialogue.chat_tokens import TokenSegment

@@ -8,6 +8,7 @@ import math
 from typing import NamedTuple
 
 import torch
+from transformers import DynamicCache
 
 from sead.errors import SEADInputError
 from sead.policy.hf import common_prefix_length
@@ -63,21 +64,67 @@ def micro_batches(seqs: list[Sequence], size: int) -> list[list[Sequence]]:
     return together + [loose[i : i + size] for i in range(0, len(loose), size)]
 
 
+class SharedContext:
+    """The tokens every sequence of an update starts with (the SOP prompt), run through the trunk once per update
+    with gradient. Each micro-batch reads its keys/values through leaf tensors of its own, whose gradients are
+    summed here in fp32; `backward()` then sends the sum through the context's own forward once. The update's
+    gradient is the full forward's, for one pass of the context instead of one per micro-batch."""
+
+    def __init__(self, model, ids: torch.Tensor):
+        self.ids = ids
+        device = next(model.parameters()).device
+        cache = model(input_ids=ids[None].to(device), use_cache=True).past_key_values
+        self._computed = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        self._sums: list[torch.Tensor | None] = [None] * len(self._computed)
+
+    @classmethod
+    def of(cls, model, seqs: list[Sequence]) -> SharedContext | None:
+        """The context of `seqs` (`shared_prompt_length`), or None where they share too little to be worth it."""
+        shared = shared_prompt_length(seqs)
+        return cls(model, seqs[0].ids[:shared]) if shared else None
+
+    def _add(self, i: int, grad: torch.Tensor) -> None:
+        self._sums[i] = grad.float() if self._sums[i] is None else self._sums[i] + grad.float()
+
+    def cache(self) -> DynamicCache:
+        """A one-row cache over fresh leaves; what a micro-batch runs on it stays in that micro-batch's graph."""
+        leaves = [t.detach().requires_grad_() for t in self._computed]
+        for i, leaf in enumerate(leaves):
+            leaf.register_hook(lambda g, i=i: self._add(i, g))
+        return DynamicCache(ddp_cache_data=list(zip(leaves[::2], leaves[1::2])))
+
+    def backward(self) -> None:
+        used = [(t, g.to(t.dtype)) for t, g in zip(self._computed, self._sums) if g is not None]
+        if used:
+            torch.autograd.backward([t for t, _ in used], [g for _, g in used])
+
+
 def masked_logprobs(
-    model, seqs: list[Sequence], temperature: float, with_entropy: bool = False, share_prefix: bool = True
+    model,
+    seqs: list[Sequence],
+    temperature: float,
+    with_entropy: bool = False,
+    share_prefix: bool = True,
+    context: SharedContext | None = None,
 ):
     """Log-probs (and entropies) of the agent tokens of each sequence, one padded forward for all of them.
 
     The context all sequences start with (the SOP prompt; for the members of a branched group, everything before
     the cut) goes through the trunk once, and its key/value cache serves every row. It keeps its gradient: the
-    rows' gradients meet in the one copy, so the result is the full forward's, at a fraction of the cost.
+    rows' gradients meet in the one copy, so the result is the full forward's, at a fraction of the cost. With
+    `context` (the update's `SharedContext`), the part of it every sequence of the update shares is not run again
+    here, and the caller owes `context.backward()` after this micro-batch's backward pass.
     Only positions that predict an agent token go through the LM head: the full-vocabulary logits of the
     prompt and user text are never materialised."""
     device = next(model.parameters()).device
     shared = shared_prompt_length(seqs) if share_prefix else 0
     cache = None
     if shared:
-        cache = model(input_ids=seqs[0].ids[None, :shared].to(device), use_cache=True).past_key_values
+        done = len(context.ids) if context is not None and shared >= len(context.ids) else 0
+        cache = context.cache() if done else None
+        if shared > done:
+            cache = model(input_ids=seqs[0].ids[None, done:shared].to(device), past_key_values=cache, use_cache=True)
+            cache = cache.past_key_values
         cache.batch_repeat_interleave(len(seqs))
     width = max(len(s.ids) for s in seqs) - shared
     ids = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -177,9 +224,13 @@ class Updater:
         grad_norm = 0.0
         for _ in range(cfg.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
+            with self.autocast():
+                context = SharedContext.of(self.model, seqs)  # the SOP prompt: once per epoch, not per micro-batch
             for mb in self._batches(seqs):
                 with self.autocast():
-                    logps, ents, hidden = masked_logprobs(self.model, mb, self.temperature, with_entropy=True)
+                    logps, ents, hidden = masked_logprobs(
+                        self.model, mb, self.temperature, with_entropy=True, context=context
+                    )
                 logp, ent = torch.cat(logps), torch.cat(ents)
                 old = torch.cat([s.old_logp if s.old_logp is not None else lp.detach() for s, lp in zip(mb, logps)])
                 adv = torch.cat(
@@ -207,6 +258,8 @@ class Updater:
                 sums["pg_loss"] += float(pg.detach().sum())
                 sums["entropy"] += float(ent.detach().sum())
                 sums["clip_frac"] += float(clipped.sum())
+            if context is not None:
+                context.backward()
             params = [p for g in self.opt.param_groups for p in g["params"]]
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
             if not math.isfinite(grad_norm):
