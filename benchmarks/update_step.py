@@ -1,12 +1,18 @@
-"""What skipping the separate old-log-prob pass saves in one GRPO update (issue 17, section 4).
+"""What two choices in one GRPO update save (issue 17, section 4), each timed both ways side by side in one run,
+in the precision the trainer would choose on this machine (`model.dtype=auto`: fp32 master weights, bf16 autocast
+where the CPU has native bf16), on the same sequences and from the same weights:
 
-With one PPO epoch and no value head the policy that sampled is the one being trained, so `Updater` takes the
-old log-probs from the training forward itself (detached) instead of running every micro-batch through the
-model once more before the update. This times `Updater.step` on the same sequences both ways, side by side in
-one run, in the precision the trainer would choose on this machine (`model.dtype=auto`: fp32 master weights,
-bf16 autocast where the CPU has native bf16), and checks that both ways end at the same weights.
+- `--case old_pass` (default): with one PPO epoch and no value head the policy that sampled is the one being
+  trained, so `Updater` takes the old log-probs from the training forward itself (detached) instead of running
+  every micro-batch through the model once more. Both ways end at the same weights (checked).
+- `--case branched`: a branched group's members replay one dialogue prefix and differ only in the turn after the
+  cut. `Updater` keeps them in one micro-batch where that pays (`sead.trainer.update.micro_batches`), so the shared
+  context runs once for them; before, micro-batches were cut from the sequences sorted by length and each row ran
+  its whole context again. Both ways give the same gradient up to rounding (compared; Adam's first step turns any
+  rounding difference in a gradient's sign into a full-size weight difference, so weights are not compared).
 
-    .venv/bin/python benchmarks/update_step.py [--sequences 10] [--repeats 2] [--model smollm2|/hf/folder]
+    .venv/bin/python benchmarks/update_step.py [--case old_pass|branched] [--sequences 10] [--groups 4 --size 8]
+        [--repeats 2] [--model smollm2|/hf/folder]
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import random
 from pathlib import Path
 
 import torch
@@ -54,48 +61,98 @@ def sequences(tok, n: int) -> list[Sequence]:
     return seqs
 
 
+class ByLength(Updater):
+    """Micro-batches as they were cut before: the sequences sorted by length, every `micro_batch`."""
+
+    def _batches(self, seqs: list[Sequence]) -> list[list[Sequence]]:
+        order = sorted(seqs, key=lambda s: len(s.ids))
+        return [order[i : i + self.cfg.micro_batch] for i in range(0, len(order), self.cfg.micro_batch)]
+
+
+def branched_groups(tok, groups: int, size: int, seed: int = 0) -> list[Sequence]:
+    """`groups` groups of `size` one-turn continuations: the SOP prompt in the chat template, a dialogue prefix of
+    300-1,100 tokens (a cut after a few turns), then each member's own reply of 40-144 tokens (the trained part);
+    advantages of both signs. Token values do not change the work."""
+    rng = random.Random(seed)
+    sop = build_scenario(load_config([])).agent_system_prompt()
+    chat = [{"role": "system", "content": sop}, {"role": "user", "content": "Hello?"}]
+    opening = list(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
+    seqs = []
+    for g in range(groups):
+        context = opening + [rng.randrange(100, 40_000) for _ in range(rng.randint(300, 1_100))]
+        for m in range(size):
+            reply = [rng.randrange(100, 40_000) for _ in range(rng.randint(40, 144))]
+            mask = torch.zeros(len(context) + len(reply), dtype=torch.long)
+            mask[len(context) :] = 1
+            seqs.append(Sequence(torch.tensor(context + reply), mask, 1.0 if m % 2 else -1.0, episode=g * size + m))
+    return seqs
+
+
+# case: (the way before, the way now, what "now" is called in the summary)
+CASES = {
+    "old_pass": (("old_pass", WithOldPass), ("skipped", Updater), "skipping the old-log-prob pass"),
+    "branched": (("by_length", ByLength), ("by_group", Updater), "micro-batches by branched group"),
+}
+
+
+def flat(model, what: str) -> torch.Tensor:
+    return torch.cat([getattr(p, what).detach().flatten() for p in model.parameters() if p.requires_grad])
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", choices=CASES, default="old_pass")
     ap.add_argument("--model", default="smollm2", help="'smollm2' (the packaged model) or a local HF folder")
-    ap.add_argument("--sequences", type=int, default=10, help="segments per update (the recipe: 2 x 5 rollouts)")
+    ap.add_argument("--sequences", type=int, default=10, help="old_pass: segments per update (2 x 5 rollouts)")
+    ap.add_argument("--groups", type=int, default=4, help="branched: groups per update")
+    ap.add_argument("--size", type=int, default=8, help="branched: continuations per group")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("update_step.json"))
+    ap.add_argument("--out", type=Path, help="default: update_step.json (old_pass), update_step_branched.json")
     args = ap.parse_args(argv)
+    out_path = args.out or Path(__file__).with_name(
+        "update_step.json" if args.case == "old_pass" else "update_step_branched.json"
+    )
     preset = {"preset": "smollm2"} if args.model == "smollm2" else {"preset": "path", "path": args.model}
     cfg = ModelConfig(**preset)
     precision = Precision.for_training(cfg.dtype, cfg.device)
     master, tok, _ = load_model(cfg, precision.master)
     update = UpdateConfig(kl_coef=0.0, micro_batch=4, lr=1e-5, warmup_steps=1)
     console.print(f"CPU: {cpu_info()['model']}; precision: {precision.describe()}")
-    seqs = sequences(tok, args.sequences)
-    results, weights = {}, {}
-    for name, cls in (("old_pass", WithOldPass), ("skipped", Updater)):
+    if args.case == "old_pass":
+        seqs = sequences(tok, args.sequences)
+    else:
+        seqs = branched_groups(tok, args.groups, args.size)
+    *ways, summary = CASES[args.case]
+    seconds, weights, grads = {}, {}, {}
+    for name, cls in ways:
         best = float("inf")
         for _ in range(args.repeats):  # each repeat from the same weights and optimiser state
             model = copy.deepcopy(master)
             updater = cls(model, None, update, temperature=1.0, autocast=precision.autocast)
             best = min(best, timed(lambda u=updater: u.step(copy.deepcopy(seqs)), 1))
-        results[name] = best
-        weights[name] = torch.cat([p.detach().flatten() for p in model.parameters()])
+        seconds[name] = best
+        weights[name], grads[name] = flat(model, "data"), flat(model, "grad")  # the grad the optimiser stepped on
         console.print(f"{name}: {best:.2f} s per update")
-    diff = float((weights["old_pass"] - weights["skipped"]).abs().max())
-    before = torch.cat([p.detach().flatten() for p in master.parameters()])
-    moved = float((weights["skipped"] - before).abs().max())  # the update did change the weights
+    (before, _), (now, _) = ways
+    gap = float((grads[before] - grads[now]).norm() / grads[before].norm())
     out = {
+        "case": args.case,
         "precision": precision.record(),  # with the CPU it ran on
-        "sequences": args.sequences,
+        "sequences": len(seqs),
         "tokens": sum(len(s.ids) for s in seqs),
-        "seconds": results,
-        "speedup": results["old_pass"] / results["skipped"],
-        "max_weight_difference": diff,
-        "max_weight_change": moved,
+        "trained_tokens": int(sum(int(s.mask.sum()) for s in seqs)),
+        "seconds": seconds,
+        "speedup": seconds[before] / seconds[now],
+        "max_weight_difference": float((weights[before] - weights[now]).abs().max()),
+        "max_weight_change": float((weights[now] - flat(master, "data")).abs().max()),  # the update moved them
+        "gradient_relative_difference": gap,  # |g_before - g_now| / |g_before|
     }
     console.print(
-        f"[bold]skipping the old-log-prob pass: {out['speedup']:.2f}x[/] ({results['old_pass']:.2f} s -> "
-        f"{results['skipped']:.2f} s per update of {args.sequences} sequences, {out['tokens']} tokens); "
-        f"largest weight difference between the two ways: {diff:.2e}"
+        f"[bold]{summary}: {out['speedup']:.2f}x[/] ({seconds[before]:.2f} s -> {seconds[now]:.2f} s per update of "
+        f"{len(seqs)} sequences, {out['tokens']} tokens); the two ways' gradients differ by {gap:.1e} of their norm, "
+        f"their weights by at most {out['max_weight_difference']:.1e}"
     )
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    out_path.write_text(json.dumps(out, indent=2) + "\n")
     return out
 
 

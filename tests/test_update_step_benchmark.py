@@ -1,5 +1,6 @@
 """benchmarks/update_step.py on the tiny model: both ways of getting the old log-probs end at the same weights,
-and both are timed. No timing is asserted (tests are not timers)."""
+micro-batches by branched group and by length give one gradient, and every way is timed. No timing is asserted
+(tests are not timers)."""
 
 import json
 
@@ -14,3 +15,28 @@ def test_the_update_with_and_without_the_old_log_prob_pass_ends_at_the_same_weig
     assert set(result["seconds"]) == {"old_pass", "skipped"} and all(s > 0 for s in result["seconds"].values())
     assert result["max_weight_change"] > 1e-7 and result["max_weight_difference"] < 1e-6
     assert result["precision"]["master"] == "float32" and result["precision"]["cpu"]["model"]
+
+
+def test_micro_batches_by_branched_group_give_the_gradient_of_micro_batches_by_length(tiny_model_dir, tmp_path):
+    module = load_benchmark("update_step")
+    out = tmp_path / "branched.json"
+    module.main(
+        [
+            "--case",
+            "branched",
+            "--model",
+            str(tiny_model_dir),
+            "--groups",
+            "3",
+            "--size",
+            "3",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
+    result = json.loads(out.read_text())
+    assert set(result["seconds"]) == {"by_length", "by_group"} and all(s > 0 for s in result["seconds"].values())
+    assert result["sequences"] == 9 and result["trained_tokens"] < result["tokens"]
+    assert result["max_weight_change"] > 1e-7 and result["gradient_relative_difference"] < 1e-2
