@@ -122,9 +122,9 @@ def masked_logprobs(
     if shared:
         done = len(context.ids) if context is not None and shared >= len(context.ids) else 0
         cache = context.cache() if done else None
-        if shared > done:
-            cache = model(input_ids=seqs[0].ids[None, done:shared].to(device), past_key_values=cache, use_cache=True)
-            cache = cache.past_key_values
+        if shared > done:  # what this micro-batch's rows share beyond the update's context, run once for them
+            rest = seqs[0].ids[None, done:shared].to(device)
+            cache = model(input_ids=rest, past_key_values=cache, use_cache=True).past_key_values
         cache.batch_repeat_interleave(len(seqs))
     width = max(len(s.ids) for s in seqs) - shared
     ids = torch.zeros((len(seqs), width), dtype=torch.long)
