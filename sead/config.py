@@ -232,6 +232,7 @@ class ControllerConfig:
     band: float = number(0.1, ge=0, le=1)
     eps: float = number(0.05, gt=0, le=1)  # floor of weights that are then normalised: at 0 all could vanish
     min_count: int = number(1, ge=1)
+    window: int = number(1, ge=1)  # updates whose dialogues the rule reads (this one and window - 1 before it)
     marginals: Any = None
     plausibility: PlausibilityConfig = dataclasses.field(default_factory=PlausibilityConfig)
 
@@ -261,7 +262,7 @@ def build_controller(cfg: DictConfig, scenario):
     # One reweighting per iteration, derived rather than set twice: the verl backend writes an iteration's profiles
     # before it starts, so the controller can only change between iterations, and both backends must agree.
     every = group_config(cfg, "trainer").steps_per_iteration
-    return ProfileController(scenario, rule, seed=int(cfg.seed), update_every=every)
+    return ProfileController(scenario, rule, seed=int(cfg.seed), update_every=every, window=c.window)
 
 
 def reward_weights(cfg: DictConfig):

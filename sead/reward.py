@@ -25,6 +25,10 @@ class RewardWeights:
     concerns_answered: float = number(0.0, ge=0)  # share of its voiced concerns the user took as answered (idem)
     portrait_accuracy: float = number(0.0, ge=0)
     agent_hangup: float = number(0.0, ge=0)  # the component is -1 when the agent ends the call without success
+    # -1 when the user hung up. Of the dialogue's failures it is the user's own verdict, and the only one that tells
+    # apart short branched continuations (trainer.branch.turns) that all end before any success. Weigh
+    # agent_hangup alike, or ending the call itself becomes the agent's way out of a user about to hang up.
+    user_hangup: float = number(0.0, ge=0)
     turn_efficiency: float = number(0.0, ge=0)  # successful dialogues only: 1 - turns / max_turns
 
 
@@ -54,6 +58,7 @@ def compute_reward(
         "concerns_answered": concerns_answered(ep) or 0.0,  # no concern voiced: nothing was answered
         "portrait_accuracy": portrait_accuracy(ep, space) or 0.0,
         "agent_hangup": -(false_positive(ep) or 0.0),
+        "user_hangup": -float(ep.end_reason == "user_hangup"),
         "turn_efficiency": max(0.0, 1.0 - ep.num_turns / max_turns) if ep.success else 0.0,
     }
     total = sum(getattr(weights, name) * value for name, value in components.items())

@@ -20,19 +20,47 @@ def test_same_seed_same_profiles_and_other_seed_differs(restaurant):
     assert a == b and a != c
 
 
-def test_restored_sampler_continues_with_the_same_draws(restaurant):
-    ref = controller(restaurant, "controller=sead_joint", "trainer.steps_per_iteration=2")
-    run = controller(restaurant, "controller=sead_joint", "trainer.steps_per_iteration=2")
-    for _step in range(3):  # feed both identically, including a curriculum update
+@pytest.mark.parametrize("window", [1, 3])
+def test_restored_sampler_continues_with_the_same_draws(restaurant, window):
+    settings = ("controller=sead_joint", "trainer.steps_per_iteration=2", f"controller.window={window}")
+    ref, run = controller(restaurant, *settings), controller(restaurant, *settings)
+    for _step in range(5):  # feed both identically, including curriculum updates (and kept windows)
         for ctl in (ref, run):
             for p in ctl.sample(8):
                 ctl.observe(p, success=p.values["cooperation"] >= 2)
             ctl.end_step()
     saved = json.loads(json.dumps(run.state_dict()))  # must survive JSON
-    restored = controller(restaurant, "controller=sead_joint", "trainer.steps_per_iteration=2")
+    restored = controller(restaurant, *settings)
     restored.load_state_dict(saved)
     assert restored.sample(40) == ref.sample(40)
     assert restored.probs == ref.probs and restored.steps == ref.steps
+    for ctl in (ref, restored):  # and the next update reads the same kept windows
+        ctl.observe(ctl.sample(1)[0], True)
+    assert restored.update()["per_state"] == ref.update()["per_state"]
+
+
+def test_window_pools_the_dialogues_of_earlier_updates(restaurant):
+    """With window 3 a state seen once per update reaches min_count 3 at the third update and the rule weighs it;
+    its fourth update has forgotten the first window. With window 1 the state never counts."""
+    state = (1, 1, 1)
+    profile = next(p for p in controller(restaurant).sample(500) if p.key() == state)
+    pooled = controller(restaurant, "controller=sead_joint", "controller.window=3", "trainer.steps_per_iteration=1")
+    single = controller(restaurant, "controller=sead_joint", "trainer.steps_per_iteration=1")
+    label = ",".join(map(str, state))
+    for update, success in enumerate([False, False, False, True], start=1):
+        reports = []
+        for ctl in (pooled, single):
+            ctl.observe(profile, success)
+            reports.append(ctl.end_step())
+        kept, alone = reports
+        assert alone["per_state"][label]["n"] == 1 and alone["reason"].startswith("0/24")
+        assert kept["windows"] == min(update, 3) and kept["per_state"][label]["n"] == min(update, 3)
+        if update < 3:
+            assert kept["reason"].startswith("0/24") and kept["new_marginals"] == alone["new_marginals"]
+    # update 3: CR 0 over 3 dialogues -> weight 0.5 against 1.0 elsewhere; update 4 reads updates 2-4: 1 of 3
+    assert kept["reason"].startswith("1/24") and kept["per_state"][label]["cr"] == pytest.approx(1 / 3)
+    p = dict(zip(pooled.states, pooled.probs))
+    assert p[state] == pytest.approx((1 - abs(1 / 3 - 0.5)) * p[(2, 2, 2)])
 
 
 def test_restoring_into_a_different_rule_is_an_error(restaurant):
@@ -153,3 +181,5 @@ def test_bad_controller_config_names_the_field(restaurant):
         controller(restaurant, "controller.rule=nope")
     with pytest.raises(SEADInputError, match=r"trainer.steps_per_iteration"):
         controller(restaurant, "trainer.steps_per_iteration=0")
+    with pytest.raises(SEADInputError, match=r"controller.window"):
+        controller(restaurant, "controller.window=0")

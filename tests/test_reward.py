@@ -15,6 +15,7 @@ COMPONENTS = {
     "concerns_answered",
     "portrait_accuracy",
     "agent_hangup",
+    "user_hangup",
     "turn_efficiency",
 }
 MAX_TURNS = 10
@@ -95,6 +96,7 @@ def test_components_always_all_present_by_hand():
             "concerns_answered": 0.0,
             "portrait_accuracy": 493 / 540,
             "agent_hangup": 0.0,
+            "user_hangup": 0.0,
             "turn_efficiency": 0.7,
         }
     )
@@ -107,6 +109,7 @@ def test_components_always_all_present_by_hand():
             "concerns_answered": 0.0,
             "portrait_accuracy": 11 / 12,
             "agent_hangup": -1.0,
+            "user_hangup": 0.0,
             "turn_efficiency": 0.0,
         }
     )
@@ -165,6 +168,16 @@ def test_agent_hangup_term():
     # user hangs up (agent did not end the call): no penalty either
     uh = Episode(PROFILE, [Turn(agent(1, 1, 1, 0), user(1, 1, 1, status=-1))], "user_hangup")
     assert reward(uh, **only("agent_hangup")).components["agent_hangup"] == 0.0
+
+
+def test_user_hangup_term():
+    uh = Episode(PROFILE, [Turn(agent(1, 1, 1, 0), user(1, 1, 1, status=-1))], "user_hangup")
+    assert reward(uh, **only("user_hangup", 0.5)).total == pytest.approx(-0.5)
+    # the agent ending the call, a success, a turn limit or a branch's horizon: not the user's hang-up
+    for ep in (hangup_ep(), success_ep(), Episode(PROFILE, uh.turns, "turn_limit")):
+        assert reward(ep, **only("user_hangup")).components["user_hangup"] == 0.0
+    horizon = Episode(PROFILE, [Turn(agent(1, 1, 1, 0), user(1, 1, 1))], "branch_horizon")
+    assert reward(horizon, **only("user_hangup")).total == 0.0
 
 
 def test_turn_efficiency_term():

@@ -6,6 +6,8 @@ checkpoint draws exactly the profiles an uninterrupted run would have drawn.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from sead.controller.curriculum import CurriculumRule
@@ -16,15 +18,20 @@ from sead.scenario.scenario import Scenario
 
 
 class ProfileController:
-    def __init__(self, scenario: Scenario, rule: CurriculumRule, *, seed: int, update_every: int = 10):
+    def __init__(self, scenario: Scenario, rule: CurriculumRule, *, seed: int, update_every: int = 10, window: int = 1):
         if update_every < 1:
             raise SEADInputError(f"must be >= 1, got {update_every}", field="trainer.steps_per_iteration")
+        if window < 1:
+            raise SEADInputError(f"must be >= 1, got {window}", field="controller.window")
         self.scenario, self.rule, self.update_every = scenario, rule, update_every
         self.states = rule.states
         self.dims = scenario.space.sampled_names
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.probs = rule.initial()
-        self.window = CompletionStats(self.dims)
+        self.window = CompletionStats(self.dims)  # dialogues since the last update
+        # the windows of the updates before it that the rule still reads: with few dialogues per update over many
+        # joint states, one window leaves most states below the rule's min_count, so it could never act
+        self.earlier: deque[CompletionStats] = deque(maxlen=window - 1)
         self.steps = 0
         self.updates = 0
         self.drawn = 0
@@ -55,12 +62,17 @@ class ProfileController:
             return None
         return self.update()
 
+    def read(self) -> CompletionStats:
+        """What the rule reweights from: this window pooled with the earlier ones kept."""
+        return CompletionStats.pooled([*self.earlier, self.window])
+
     def update(self) -> dict:
-        old = list(self.probs)
-        new, reason = self.rule.update(self.window, old)
+        old, stats = list(self.probs), self.read()
+        new, reason = self.rule.update(stats, old)
         self.probs = new
         self.updates += 1
-        report = self._report(old, new, reason)
+        report = self._report(stats, old, new, reason)
+        self.earlier.append(self.window)  # with window 1 (maxlen 0) nothing is kept
         self.window = CompletionStats(self.dims)
         return report
 
@@ -72,8 +84,7 @@ class ProfileController:
                 out[d][v] = out[d].get(v, 0.0) + p
         return {d: dict(sorted(m.items())) for d, m in out.items()}
 
-    def _report(self, old: list[float], new: list[float], reason: str) -> dict:
-        w = self.window
+    def _report(self, w: CompletionStats, old: list[float], new: list[float], reason: str) -> dict:
         per_value = {}
         for i, d in enumerate(self.dims):
             per_value[d] = {str(v): {"n": n, "cr": s / n} for v, (n, s) in w.per_value(i).items()}
@@ -87,6 +98,7 @@ class ProfileController:
             "rule": self.rule.name,
             "reason": reason,
             "dims": list(self.dims),
+            "windows": len(self.earlier) + 1,
             "dialogues": w.total,
             "sim_errors": w.sim_errors,
             "completion_rate": w.completion_rate(),
@@ -103,6 +115,7 @@ class ProfileController:
             "states": [state_label(s) for s in self.states],
             "probs": list(self.probs),
             "window": self.window.to_dict(),
+            "earlier": [w.to_dict() for w in self.earlier],
             "steps": self.steps,
             "updates": self.updates,
             "drawn": self.drawn,
@@ -118,6 +131,8 @@ class ProfileController:
             )
         self.probs = [float(p) for p in d["probs"]]
         self.window = CompletionStats.from_dict(d["window"])
+        self.earlier.clear()  # a state saved before windows were kept has none; one kept longer keeps its newest
+        self.earlier.extend(CompletionStats.from_dict(w) for w in d.get("earlier", []))
         self.steps, self.updates, self.drawn = int(d["steps"]), int(d["updates"]), int(d["drawn"])
         self.rng.bit_generator.state = d["rng"]
 

@@ -53,6 +53,18 @@ class CompletionStats:
         }
 
     @classmethod
+    def pooled(cls, windows: list[CompletionStats]) -> CompletionStats:
+        """One window holding every dialogue of `windows` (same dims)."""
+        out = cls(windows[0].dims)
+        for w in windows:
+            for state, (n, s) in w.counts.items():
+                entry = out.counts.setdefault(state, [0, 0])
+                entry[0] += n
+                entry[1] += s
+            out.sim_errors += w.sim_errors
+        return out
+
+    @classmethod
     def from_dict(cls, d: dict) -> CompletionStats:
         counts = {tuple(int(x) for x in k.split(",")): [int(n), int(s)] for k, (n, s) in d["counts"].items()}
         return cls(tuple(d["dims"]), counts, int(d.get("sim_errors", 0)))
