@@ -218,6 +218,48 @@ def test_micro_batches_keep_a_branched_group_together_and_whole_dialogues_by_len
     assert micro_batches([], 4) == []
 
 
+def test_mini_batches_are_consecutive_whole_dialogues_of_about_equal_tokens():
+    from sead.trainer.update import mini_batches
+
+    # (episode, length): episode 1 has two segments, episode 3 three
+    shape = [(0, 100), (1, 60), (1, 50), (2, 90), (3, 30), (3, 40), (3, 20), (4, 110), (5, 100)]
+    seqs = [
+        Sequence(torch.zeros(n, dtype=torch.long), torch.ones(n, dtype=torch.long), 0.0, episode=e) for e, n in shape
+    ]
+    assert mini_batches(seqs, 1) == [seqs]
+    for parts in (2, 3):
+        split = mini_batches(seqs, parts)
+        assert len(split) == parts and [s for part in split for s in part] == seqs  # nothing lost, order kept
+        episodes = [{s.episode for s in part} for part in split]
+        assert all(not a & b for i, a in enumerate(episodes) for b in episodes[i + 1 :])  # a dialogue in one part
+        sizes = [sum(len(s.ids) for s in part) for part in split]
+        assert max(sizes) - min(sizes) <= 110  # within one dialogue's tokens of each other
+    assert len(mini_batches(seqs[:1], 4)) == 1  # never an empty part
+
+
+def test_each_mini_batch_is_an_optimiser_step_measured_against_the_sampling_policy(tiny):
+    """With two mini-batches the second optimiser step sees a policy the first one moved: its ratios are taken
+    against the log-probs the sampling policy gave (the old-log-prob pass), so they leave 1 and some clip. With one
+    mini-batch the old log-probs are the training forward's own and nothing clips."""
+    model, tok = tiny
+    stats = {}
+    for parts in (1, 2):
+        seqs = [make_sequence(tok, 1.0), make_sequence(tok, -1.0), make_sequence(tok, 1.0), make_sequence(tok, -1.0)]
+        for i, s in enumerate(seqs):
+            s.episode = i
+        upd = Updater(
+            copy.deepcopy(model),
+            None,
+            UpdateConfig(lr=3e-2, warmup_steps=1, kl_coef=0.0, mini_batches=parts),
+            temperature=1.0,
+        )
+        stats[parts] = upd.step(seqs)
+        steps = {int(state["step"]) for state in upd.opt.state.values()}
+        assert steps == {parts} and stats[parts]["optimiser_steps"] == parts
+        assert all(s.old_logp is not None for s in seqs) == (parts > 1)
+    assert stats[1]["clip_frac"] == 0.0 and stats[2]["clip_frac"] > 0.0
+
+
 def test_an_update_runs_the_shared_prompt_once_and_its_gradient_is_the_full_forwards(tiny):
     """Updater.step: the SOP prompt every sequence starts with goes through the trunk once per epoch (not once
     per micro-batch), a branched group's own context once per micro-batch on top of it, and the gradient the

@@ -137,10 +137,11 @@ def test_reward_function_through_verls_reward_manager(tmp_path):
         get_custom_reward_fn(config)("other", "text", "", {"index": 0})
 
 
-@pytest.mark.parametrize("preset,gpus", [("gpu8", 6), ("gpu1", 1)])
-def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, preset, gpus):
+@pytest.mark.parametrize("preset,gpus,mini_batches", [("gpu8", 6, 4), ("gpu1", 1, 1)])
+def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, preset, gpus, mini_batches):
     run = tmp_path / "run"
-    cfg = load_config([f"preset={preset}", "usersim=scripted", f"model.path={tmp_path}", f"run_dir={run}"])
+    settings = [f"preset={preset}", "usersim=scripted", f"model.path={tmp_path}", f"run_dir={run}"]
+    cfg = load_config([*settings, f"trainer.update.mini_batches={mini_batches}"])
     trainer = VerlTrainer(cfg, runner=None)
     config = compose_verl_config(trainer.prepare_iteration(0))
     OmegaConf.resolve(config)  # every interpolation, ours and verl's, resolves
@@ -150,6 +151,8 @@ def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, p
     assert config.trainer.n_gpus_per_node == gpus and not need_critic(config) and need_reference_policy(config)
     assert rollout.n == tc.rollouts_per_profile and rollout.temperature == tc.sampling.temperature
     assert config.data.train_batch_size == tc.profiles_per_step
+    # optimiser steps per step: verl's mini-batch counts profiles (each with its n rollouts)
+    assert config.actor_rollout_ref.actor.ppo_mini_batch_size * mini_batches == tc.profiles_per_step
     assert config.actor_rollout_ref.actor.optim.lr == tc.update.lr
     assert config.actor_rollout_ref.actor.kl_loss_coef == tc.update.kl_coef
     assert config.trainer.total_training_steps == tc.steps_per_iteration

@@ -151,6 +151,7 @@ def test_outer_loop_writes_the_embedded_run_layout_and_feeds_the_controller(tmp_
         ("dialogue.max_total_tokens=99999", "verl.max_response_length"),
         ("dialogue.max_context_tokens=4096", "dialogue.max_context_tokens"),
         ("verl.tensor_parallel=4", "verl.tensor_parallel"),
+        ("trainer.update.mini_batches=3", "trainer.update.mini_batches"),  # does not divide 2 profiles
         ("+verl.bogus=1", "verl"),
     ],
 )

@@ -37,6 +37,9 @@ class UpdateConfig:
     refill_rounds: int = number(0, ge=0)
     micro_batch: int = number(2, ge=1)  # sequences per forward/backward
     ppo_epochs: int = number(1, ge=1)
+    # optimiser steps per epoch: the step's dialogues split into this many parts, each its own step (verl's
+    # ppo_mini_batch_size = profiles_per_step / mini_batches). More than 1 runs the old-log-prob pass first.
+    mini_batches: int = number(1, ge=1)
     # Truncated importance sampling where the rollout engine's numbers differ from the trainer's (bf16 rollouts,
     # vLLM vs FSDP): each token's loss is weighted by min(p_trainer / p_rollout, threshold) (verl's
     # algorithm.rollout_correction, same names). The mismatch (rollout_kl, rollout_ratio_max) is logged either way.

@@ -64,6 +64,25 @@ def micro_batches(seqs: list[Sequence], size: int) -> list[list[Sequence]]:
     return together + [loose[i : i + size] for i in range(0, len(loose), size)]
 
 
+def mini_batches(seqs: list[Sequence], parts: int) -> list[list[Sequence]]:
+    """`seqs` in up to `parts` consecutive parts of about equal tokens, each dialogue's segments (one `episode`)
+    in one part, so that each optimiser step sees whole dialogues and branched groups (consecutive) stay
+    mostly together."""
+    episodes: dict[int, list[Sequence]] = {}
+    for s in seqs:
+        episodes.setdefault(s.episode, []).append(s)
+    total = sum(len(s.ids) for s in seqs)
+    out: list[list[Sequence]] = [[]]
+    done = 0
+    for segments in episodes.values():
+        size = sum(len(s.ids) for s in segments)
+        if out[-1] and len(out) < parts and done + size / 2 > total * len(out) / parts:  # nearer the next part
+            out.append([])
+        out[-1] += segments
+        done += size
+    return out
+
+
 class SharedContext:
     """The tokens every sequence of an update starts with (the SOP prompt), run through the trunk once per update
     with gradient. Each micro-batch reads its keys/values through leaf tensors of its own, whose gradients are
@@ -200,7 +219,7 @@ class Updater:
     def _needs_old_pass(self) -> bool:
         """With one epoch and no critic, the policy that sampled is the one being trained, so its log-probs come
         from the training forward itself (detached): a whole forward pass saved."""
-        return self.cfg.ppo_epochs > 1 or self.estimator.critic is not None
+        return self.cfg.ppo_epochs > 1 or self.cfg.mini_batches > 1 or self.estimator.critic is not None
 
     def _ref_logprobs(self, mb: list[Sequence]) -> list[torch.Tensor]:
         if self.ref is not None:
@@ -221,12 +240,13 @@ class Updater:
         mismatch = RolloutMismatch()
         if self.estimator.critic is not None:
             sums["value_loss"] = 0.0
-        grad_norm = 0.0
-        for _ in range(cfg.ppo_epochs):
+        norms = []
+        for part in (p for _ in range(cfg.ppo_epochs) for p in mini_batches(seqs, cfg.mini_batches)):
             self.opt.zero_grad(set_to_none=True)
+            part_tokens = int(sum(int(s.mask.sum()) for s in part))  # each optimiser step: a token mean of its own
             with self.autocast():
-                context = SharedContext.of(self.model, seqs)  # the SOP prompt: once per epoch, not per micro-batch
-            for mb in self._batches(seqs):
+                context = SharedContext.of(self.model, part)  # the SOP prompt: once per part, not per micro-batch
+            for mb in self._batches(part):
                 with self.autocast():
                     logps, ents, hidden = masked_logprobs(
                         self.model, mb, self.temperature, with_entropy=True, context=context
@@ -243,14 +263,14 @@ class Updater:
                 weight = mismatch.weights(old, [s.rollout_logp for s in mb], [len(lp) for lp in logps], cfg)
                 if weight is not None:
                     pg = pg * weight
-                loss = token_mean(pg, total) - cfg.entropy_coef * token_mean(ent, total)
+                loss = token_mean(pg, part_tokens) - cfg.entropy_coef * token_mean(ent, part_tokens)
                 if self._uses_kl:
                     kl = low_var_kl(logp, torch.cat([s.ref_logp for s in mb]))
-                    loss = loss + cfg.kl_coef * token_mean(kl, total)
+                    loss = loss + cfg.kl_coef * token_mean(kl, part_tokens)
                     sums["kl"] += float(kl.detach().sum())
                 vf = self.estimator.value_loss(mb, hidden)
                 if vf is not None:
-                    loss = loss + cfg.vf_coef * token_mean(vf, total)
+                    loss = loss + cfg.vf_coef * token_mean(vf, part_tokens)
                     sums["value_loss"] += float(vf.detach().sum())
                 if not math.isfinite(float(loss.detach())):
                     raise _non_finite("the loss", cfg, self.temperature)
@@ -261,8 +281,8 @@ class Updater:
             if context is not None:
                 context.backward()
             params = [p for g in self.opt.param_groups for p in g["params"]]
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-            if not math.isfinite(grad_norm):
+            norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)))
+            if not math.isfinite(norms[-1]):
                 raise _non_finite("the gradient norm", cfg, self.temperature)
             self.opt.step()
             if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
@@ -270,7 +290,13 @@ class Updater:
         self.sched.step()
         n = total * cfg.ppo_epochs
         out = {k: v / n for k, v in sums.items()}
-        out.update(grad_norm=grad_norm, lr=self.sched.get_last_lr()[0], trained_tokens=total, sequences=len(seqs))
+        out.update(
+            grad_norm=sum(norms) / len(norms),
+            optimiser_steps=len(norms),
+            lr=self.sched.get_last_lr()[0],
+            trained_tokens=total,
+            sequences=len(seqs),
+        )
         out.update(mismatch.summary())
         return out
 

@@ -85,6 +85,12 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
     for name, on in embedded_only.items():
         if on:
             raise SEADInputError(f"{name} is embedded-only; turn it off for backend=verl", field=name)
+    if tc.profiles_per_step % tc.update.mini_batches:
+        raise SEADInputError(
+            f"verl splits a step's {tc.profiles_per_step} profiles (trainer.profiles_per_step) into equal "
+            f"mini-batches: {tc.update.mini_batches} must divide it",
+            field="trainer.update.mini_batches",
+        )
     budget = int(cfg.dialogue.max_total_tokens) + int(cfg.dialogue.max_new_tokens)
     if budget > vs.max_response_length:
         raise SEADInputError(
@@ -155,7 +161,7 @@ def verl_overrides(cfg: DictConfig, vs: VerlSettings, tc: TrainerConfig, files: 
         f"{a}.optim.lr_warmup_steps={u.warmup_steps}",
         f"{a}.optim.weight_decay={u.weight_decay}",
         f"{a}.grad_clip={u.grad_clip}",
-        f"{a}.ppo_mini_batch_size={tc.profiles_per_step}",
+        f"{a}.ppo_mini_batch_size={tc.profiles_per_step // u.mini_batches}",  # in profiles: verl multiplies by n
         f"{a}.ppo_epochs={u.ppo_epochs}",
         # verl's own truncated IS against vLLM-vs-FSDP mismatch (it logs rollout_corr/* metrics every step)
         f"algorithm.rollout_correction.rollout_is={'token' if u.rollout_is == 'token' else 'null'}",
