@@ -260,11 +260,8 @@ def test_each_mini_batch_is_an_optimiser_step_measured_against_the_sampling_poli
     assert stats[1]["clip_frac"] == 0.0 and stats[2]["clip_frac"] > 0.0
 
 
-def test_an_update_runs_the_shared_prompt_once_and_its_gradient_is_the_full_forwards(tiny):
-    """Updater.step: the SOP prompt every sequence starts with goes through the trunk once per epoch (not once
-    per micro-batch), a branched group's own context once per micro-batch on top of it, and the gradient the
-    optimiser gets is the one of running every sequence whole."""
-    model, _ = tiny
+def prompt_and_branches() -> list[Sequence]:
+    """Five sequences after one 40-token prompt: a branched group of three (one 25-token cut), two others."""
     torch.manual_seed(7)
     prompt, cut = torch.randint(5, 400, (40,)), torch.randint(5, 400, (25,))
     seqs = []
@@ -274,7 +271,33 @@ def test_an_update_runs_the_shared_prompt_once_and_its_gradient_is_the_full_forw
         ids = torch.cat([prompt, context, torch.randint(5, 400, (own,))])
         mask = torch.zeros_like(ids)
         mask[40 + len(context) :] = 1
-        seqs.append(Sequence(ids, mask, (-1.0) ** i * (0.5 + i)))
+        seqs.append(Sequence(ids, mask, (-1.0) ** i * (0.5 + i), episode=i))
+    return seqs
+
+
+def test_the_old_and_reference_passes_run_the_prompt_once_each_and_give_the_full_forwards_logprobs(tiny):
+    model, _ = tiny
+    policy, ref = copy.deepcopy(model), copy.deepcopy(model).requires_grad_(False)
+    seqs = prompt_and_branches()
+    full = [lp.detach() for lp in masked_logprobs(policy, seqs, temperature=1.0, share_prefix=False).logps]
+    passes = {"policy": [], "ref": []}
+    for name, net in (("policy", policy), ("ref", ref)):
+        net.model.norm.register_forward_hook(lambda _m, _i, out, name=name: passes[name].append(out.shape[1]))
+    cfg = UpdateConfig(lr=1e-9, kl_coef=0.1, ppo_epochs=2, micro_batch=2, grad_clip=1e9)
+    Updater(policy, ref, cfg, temperature=1.0).step(seqs)
+    for s, lp in zip(seqs, full):  # old and reference log-probs: the sampling policy's, as the full forward gives
+        assert torch.allclose(s.old_logp, lp, atol=1e-5) and torch.allclose(s.ref_logp, lp, atol=1e-5)
+    # the prompt: once in the old pass and once per epoch (policy), once in the reference pass (ref)
+    assert passes["policy"].count(40) == 3 and passes["ref"].count(40) == 1
+    assert max(passes["ref"][1:]) < 40
+
+
+def test_an_update_runs_the_shared_prompt_once_and_its_gradient_is_the_full_forwards(tiny):
+    """Updater.step: the SOP prompt every sequence starts with goes through the trunk once per epoch (not once
+    per micro-batch), a branched group's own context once per micro-batch on top of it, and the gradient the
+    optimiser gets is the one of running every sequence whole."""
+    model, _ = tiny
+    seqs = prompt_and_branches()
     total = sum(int(s.mask.sum()) for s in seqs)
 
     model.zero_grad()

@@ -203,15 +203,24 @@ class Updater:
         """What the update compares against: the sampling policy's log-probs (and the reference's), and the
         advantages."""
         self.model.eval()
+        # each network's share of the SOP prompt once for the pass, as in the update
+        with self.autocast():
+            context = SharedContext.of(self.model, seqs) if self._needs_old_pass else None
+        if self._uses_kl:
+            ref, ref_scope = self._reference()
+            with ref_scope(), self.autocast():
+                ref_context = SharedContext.of(ref, seqs)
         for mb in self._batches(seqs):
             if self._needs_old_pass:
                 with self.autocast():
-                    scored = masked_logprobs(self.model, mb, self.temperature)
+                    scored = masked_logprobs(self.model, mb, self.temperature, context=context)
                 for s, lp, h in zip(mb, scored.logps, scored.hidden):
                     s.old_logp = lp.detach()
                     self.estimator.observe(s, h)
             if self._uses_kl:
-                for s, lp in zip(mb, self._ref_logprobs(mb)):
+                with ref_scope(), self.autocast():
+                    ref_logps = masked_logprobs(ref, mb, self.temperature, context=ref_context).logps
+                for s, lp in zip(mb, ref_logps):
                     s.ref_logp = lp.detach()
         self.estimator.advantages(seqs)
 
@@ -221,13 +230,12 @@ class Updater:
         from the training forward itself (detached): a whole forward pass saved."""
         return self.cfg.ppo_epochs > 1 or self.cfg.mini_batches > 1 or self.estimator.critic is not None
 
-    def _ref_logprobs(self, mb: list[Sequence]) -> list[torch.Tensor]:
+    def _reference(self):
+        """The reference network and the scope it runs in: its own frozen copy, or with LoRA the base network
+        under the adapters."""
         if self.ref is not None:
-            with self.autocast():
-                return masked_logprobs(self.ref, mb, self.temperature)[0]
-        # LoRA: the reference is the base network under the adapters
-        with self.model.disable_adapter(), self.autocast():
-            return masked_logprobs(self.model, mb, self.temperature)[0]
+            return self.ref, contextlib.nullcontext
+        return self.model, self.model.disable_adapter
 
     def step(self, seqs: list[Sequence]) -> dict:
         if not seqs:
