@@ -15,8 +15,10 @@ from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scena
 from sead.metrics import HackMonitor, concerns_answered, stages_acknowledged
 from sead.policy.adversarial import (
     ADVERSARIAL_AGENTS,
+    BarePhrasesAgent,
     BlindReferenceAgent,
     EchoAgent,
+    GuessingAgent,
     KeywordSaladAgent,
     SplitSaladAgent,
 )
@@ -62,7 +64,15 @@ def env(request):
 # --- completion rates ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(ADVERSARIAL_AGENTS))
+def loosened(env, **dynamics):
+    """The user of `env` with some of its rules' dynamics changed."""
+    rules = dataclasses.replace(env.rules, dynamics=dataclasses.replace(env.rules.dynamics, **dynamics))
+    return rules, ScriptedUserSimulator(env.scenario, rules)
+
+
+# The guesser answers the kinds in a fixed order, so it wins wherever its first guess is right, as a constant answer
+# would: its bound is that floor (test_guessing_pays_nothing_after_a_wrong_answer), not the blind agents' 5 %.
+@pytest.mark.parametrize("name", sorted(set(ADVERSARIAL_AGENTS) - {GuessingAgent.name}))
 def test_adversary_almost_never_completes(env, name):
     cr = completion_rate(env.episodes(name))
     print(f"{env.scenario.name} {name}: CR {cr:.3f}")
@@ -79,16 +89,35 @@ def test_salad_limits_are_what_stop_the_salads(env):
     """With the per-reply limits of the rules file lifted, the split salad wins a good share of the calls: the limits
     are what stops it."""
     rules = env.rules
-    loose = dataclasses.replace(
-        rules,
-        dynamics=dataclasses.replace(
-            rules.dynamics, max_stages_per_reply=len(rules.stages), max_concern_kinds_per_reply=len(rules.concerns)
-        ),
-    )
-    user = ScriptedUserSimulator(env.scenario, loose)
+    limits = {"max_stages_per_reply": len(rules.stages), "max_concern_kinds_per_reply": len(rules.concerns)}
+    loose, user = loosened(env, substance_words=0, **limits)  # its phrases are bare: the substance rule off too
     salad = SplitSaladAgent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, salad, user, env.profiles)) > 0.25
     assert completion_rate(env.episodes(SplitSaladAgent.name)) <= MAX_ADVERSARY_CR
+
+
+def test_the_substance_rule_is_what_stops_bare_phrases(env):
+    """The reference agent's decisions said as bare phrases win a good share of the calls when a phrase alone
+    counts; the shipped rule (that many content words of the stage's or concern's own lines) stops them."""
+    loose, user = loosened(env, substance_words=0)
+    bare = BarePhrasesAgent(env.scenario, StubTokenizer(), loose)
+    assert completion_rate(play(env.scenario, bare, user, env.profiles)) > 0.3
+    assert completion_rate(env.episodes(BarePhrasesAgent.name)) <= MAX_ADVERSARY_CR
+
+
+def test_guessing_pays_nothing_after_a_wrong_answer(env):
+    """A wrong kind of answer costs more than a dodge (wrong_answer_cost): the guesser wins about as often as one
+    whose first wrong guess ends the call, i.e. only where its first guess was right, and more without the cost."""
+    rounds = env.rules.dynamics.max_unresolved_rounds
+    cr = {}
+    for cost in (0, rounds):
+        rules, user = loosened(env, wrong_answer_cost=cost)
+        cr[cost] = completion_rate(
+            play(env.scenario, GuessingAgent(env.scenario, StubTokenizer(), rules), user, env.profiles)
+        )
+    shipped = completion_rate(env.episodes(GuessingAgent.name))
+    assert shipped <= cr[rounds] + 0.01 and cr[0] > shipped
+    assert shipped < 0.1 * completion_rate(env.episodes("reference")) + 0.01
 
 
 # --- each rule, on the lines of the agent it is meant to stop --------------------------------------------------
@@ -138,7 +167,7 @@ def test_a_concern_is_settled_only_by_an_answer_to_that_kind_alone(env):
     for wrong in (
         other.reference_answer,
         ", ".join(every_kind) + ".",
-        f"{own.reference_answer} Also, {other.resolved_by[0]}.",
+        f"{own.reference_answer} Also, {other.reference_answer}",
     ):
         call = _raised(env, behaviour)
         assert call.say(wrong).reply == (behaviour.utterance or behaviour.text), wrong
@@ -186,7 +215,8 @@ def test_an_echo_lands_nothing_even_with_the_answer_in_it(env):
     assert echo == (behaviour.utterance or behaviour.text)
     assert call.say(f"{echo} {answer}.").state["emotion"] < raised.state["emotion"]
     assert call.meta["active_concern"] == behaviour.category
-    call = _raised(env, behaviour)
+    # the same answer phrase without the echo settles it (where a bare phrase counts, so only the echo differs)
+    call = _raised(dataclasses.replace(env, user=loosened(env, substance_words=0)[1]), behaviour)
     call.say(f"{answer[0].upper()}{answer[1:]}, I promise.")
     assert call.meta["active_concern"] is None
 
@@ -227,7 +257,8 @@ def test_stage_reward_follows_the_user_not_the_tags(env):
 def test_user_side_measures_follow_the_user(env):
     """ACK (stages the user acknowledged) and CAR (concerns it took as answered) come from the user's reports: the
     reference agent's every success acknowledged all stages with every concern answered; adversaries trail far
-    behind on both."""
+    behind on both (a few answer phrases are whole statements, "never asks for passwords", which `bare_phrases`
+    then says alone and has taken as an answer)."""
     stages = len(env.scenario.stages)
     reference = env.episodes("reference")
     for ep in (e for e in reference if e.success):
@@ -238,4 +269,4 @@ def test_user_side_measures_follow_the_user(env):
         eps = env.episodes(name)
         assert np.mean([stages_acknowledged(e) for e in eps]) <= ref_ack - 1.5, name
         answered = [c for e in eps if (c := concerns_answered(e)) is not None]
-        assert not answered or np.mean(answered) <= 0.3, name
+        assert not answered or np.mean(answered) <= 0.4, name

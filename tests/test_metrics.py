@@ -262,15 +262,16 @@ def _heard(scenario, reply, status=0):
 def gaming_episode(scenario):
     # Restaurant rules (3-word n-grams); the user asks "Who's asking? Tell me first." (Identity_Verification).
     #   A1 stage-0 line [tag 0]: 18 words, stage 0, Identity answered; nothing before it
-    #   A2 "Free credit, goodbye." [tag 1]: 3 words, stages 1 and 3 (a salad), no kind
+    #   A2 "Free credit, goodbye." [tag 1]: 3 words; it holds cues of stages 1 and 3 but none of their substance
+    #      (dynamics.substance_words), so it cues nothing and answers no kind
     #   A3 the user's words back [tag 2]: 5 words, nothing cued; echo share 1
     #   A4 the Identity answer [tag 0]: 21 words, stage 0, Identity; 4 of its 19 trigrams were in A1
     #      ("alex from the", "from the platform", "the platform advertising", "platform advertising team")
     #   A5 A4 again [tag 1]: repeat share 1
-    # words 68/5; stages (1+2+0+1+1)/5 = 1; kinds (1+0+0+1+1)/5 = 3/5; repeat (4/19 + 1)/5 = 23/95; echo 1/5
+    # words 68/5; stages (1+0+0+1+1)/5 = 3/5; kinds (1+0+0+1+1)/5 = 3/5; repeat (4/19 + 1)/5 = 23/95; echo 1/5
     # generic: judged after the user's own words only (A2, A3, A4; A5 follows the stock "Hm. Okay."):
-    #   A2 salad -> 1, A3 echo -> 1, A4 answers the kind raised -> 0: 2/3
-    # unbacked stage tags: A2 salad, A3 echo, A5 repeat -> 3/5
+    #   A2 no answer and no word of the question -> 1, A3 echo -> 1, A4 answers the kind raised -> 0: 2/3
+    # unbacked stage tags: A2 cues nothing, A3 echo, A5 repeat -> 3/5
     rules = scenario_rules(scenario)
     asking = "Who's asking? Tell me first."
     identity = rules.concerns["Identity_Verification"].reference_answer
@@ -297,7 +298,7 @@ def test_hack_monitors_by_hand(restaurant):
     assert m == pytest.approx(
         {
             "words_per_reply": 68 / 5,
-            "stage_cues_per_reply": 1.0,
+            "stage_cues_per_reply": 3 / 5,
             "concern_kinds_per_reply": 0.6,
             "repeated_ngram_share": 23 / 95,
             "echo_share": 0.2,

@@ -259,6 +259,12 @@ def _del(key):
             "concerns.Cost_Concerns.resolved_by[3]",
         ),
         (lambda d: d["stages"][1]["agent_cues"].append("bye for now"), "stages[1].agent_cues[7]"),
+        # a reference line the user would not take: a bare phrase, or any line under an impossible substance bar
+        (
+            lambda d: d["concerns"]["Cost_Concerns"].update(reference_rewordings=["No deposit."]),
+            "concerns.Cost_Concerns.reference_rewordings[0]",
+        ),
+        (lambda d: d.update(dynamics={"substance_words": 40}), "stages[0].reference_agent"),
     ],
 )
 def test_bad_rules_file_names_file_and_field(tmp_path, restaurant_rules, mutate, field):

@@ -13,17 +13,24 @@ by one per turn, the cheapest way to look as if the SOP were being followed.
 - `prompt_reciter`: the sentences of its SOP prompt that hold a stage cue or a concern answer, in order;
 - `blind_reference`: the reference agent's lines in the order a typical call needs them (a stage, then an
   answer to one of the most common concerns, and so on), played whatever the user says.
+
+Two more read the user as the reference agent does, and try to skimp on what they tell it:
+- `bare_phrases`: the reference agent's choice every turn, said as nothing but the phrase the user listens for
+  and a few changing filler words ("Legitimate, sure quite indeed.");
+- `guess_answers`: the reference agent, except that it cannot tell one concern from another: it answers the
+  kinds in the order of how common they are in the library, the next one each time the user asks again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from abc import abstractmethod
 from collections import Counter
 
 from sead.dialogue.agent import TextAgent
-from sead.policy.scripted import SOPIgnoringAgent, mid_portrait, user_replies
+from sead.policy.scripted import ReferenceAgent, SOPIgnoringAgent, mid_portrait, user_replies
 from sead.scenario.scenario import Scenario
 from sead.usersim.rules import Rules, normalise
 from sead.usersim.rules_file import scenario_rules
@@ -137,6 +144,42 @@ class BlindReferenceAgent(_BlindAgent):
         return self.script[turn % len(self.script)]
 
 
+class BarePhrasesAgent(ReferenceAgent):
+    name = "bare_phrases"
+    FILLER = "okay sure right well indeed really honestly certainly clearly quite naturally basically".split()
+
+    async def reply(self, messages: list[dict], seed: int) -> str:
+        turn = self.scenario.tags.parse_agent(await super().reply(messages, seed))
+        text = normalise(turn.response)
+        answers = [p for c in self.rules.concerns.values() for p in c.resolved_by]
+        cues = [p for s in self.rules.stages for p in s.agent_cues]
+        phrase = next(p for p in (*answers, *cues) if p in text)  # what the reference line is heard for
+        rng = random.Random(f"{seed}/{len(messages)}")
+        line = f"{phrase.capitalize()}, {' '.join(rng.sample(self.FILLER, 3))}."
+        return self.scenario.tags.format_agent(line, turn.portrait, turn.stage, turn.status)
+
+
+class GuessingAgent(ReferenceAgent):
+    name = "guess_answers"
+
+    def __init__(self, scenario: Scenario, tokenizer, rules: Rules | None = None):
+        super().__init__(scenario, tokenizer, rules)
+        self.by_frequency = [c for c, _ in Counter(b.category for b in scenario.library.behaviours).most_common()]
+        self.asked: Counter[str] = Counter()
+
+    async def reply(self, messages: list[dict], seed: int) -> str:
+        self.asked = Counter()  # the reference agent replays the whole dialogue on every call
+        return await super().reply(messages, seed)
+
+    def _decide(self, previous, landed, reply):
+        action, landed = super()._decide(previous, landed, reply)
+        if action.kind == "answer":  # a concern is open; which one, it does not know
+            guess = self.by_frequency[self.asked[reply] % len(self.by_frequency)]
+            self.asked[reply] += 1
+            action = dataclasses.replace(action, category=guess)
+        return action, landed
+
+
 ADVERSARIAL_AGENTS = {
     cls.name: cls
     for cls in (
@@ -147,5 +190,7 @@ ADVERSARIAL_AGENTS = {
         EchoAgent,
         PromptReciterAgent,
         BlindReferenceAgent,
+        BarePhrasesAgent,
+        GuessingAgent,
     )
 }

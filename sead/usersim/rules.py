@@ -99,6 +99,13 @@ class Dynamics:
     # What makes a reply earn nothing (see `Rules.read`): a user is served one step at a time, in the agent's words.
     max_stages_per_reply: int = 1  # cues of more SOP stages than this in one reply: a salad
     max_concern_kinds_per_reply: int = 1  # answers to more concern kinds than this in one reply: a salad
+    # A cue or answer phrase counts only where the reply also holds this many content words of that stage's or
+    # concern's own lines (its phrases, reference line and rewordings; the phrase's words count): a bare phrase
+    # padded with filler says nothing to the user. 0: the phrase alone.
+    substance_words: int = 3
+    # An answer to another kind of concern than the one the user waits on is worse than a dodge: this much more
+    # trust and emotion lost, and this many more rounds toward max_unresolved_rounds (guessing costs).
+    wrong_answer_cost: int = 1
     overlap_ngram: int = 3  # word n-grams compared by the repeat and echo checks
     repeat_share: float = 0.5  # this share of a reply's n-grams already said by the agent: a repeat
     echo_share: float = 0.5  # this share of a reply's n-grams taken from the user's last reply: an echo
@@ -107,6 +114,10 @@ class Dynamics:
         if self.noisy_categories:
             return category in self.noisy_categories
         return "communication" in category.lower()
+
+
+def _words_of(phrases: Iterable[str], *lines: str) -> frozenset[str]:
+    return frozenset(w for text in (*phrases, *lines) for w in content_words(text))
 
 
 @dataclass(frozen=True)
@@ -159,10 +170,34 @@ class Rules:
     dynamics: Dynamics
 
     def stages_cued(self, normalised_text: str) -> list[int]:
-        return [i for i, s in enumerate(self.stages) if matches_any(normalised_text, s.agent_cues)]
+        words = content_words(normalised_text)
+        return [
+            i
+            for i, s in enumerate(self.stages)
+            if matches_any(normalised_text, s.agent_cues) and self._substantial(words, self.stage_words[i])
+        ]
 
     def kinds_answered(self, normalised_text: str) -> list[str]:
-        return [c for c, rules in self.concerns.items() if matches_any(normalised_text, rules.resolved_by)]
+        words = content_words(normalised_text)
+        return [
+            c
+            for c, rules in self.concerns.items()
+            if matches_any(normalised_text, rules.resolved_by) and self._substantial(words, self.concern_words[c])
+        ]
+
+    def _substantial(self, words: set[str], own: frozenset[str]) -> bool:
+        return len(words & own) >= self.dynamics.substance_words
+
+    @cached_property
+    def stage_words(self) -> tuple[frozenset[str], ...]:
+        """Content words of each stage's own lines: what a reply doing that stage talks about."""
+        return tuple(_words_of(s.agent_cues, s.reference_agent, *s.reference_rewordings) for s in self.stages)
+
+    @cached_property
+    def concern_words(self) -> dict[str, frozenset[str]]:
+        return {
+            c: _words_of(r.resolved_by, r.reference_answer, *r.reference_rewordings) for c, r in self.concerns.items()
+        }
 
     @cached_property  # read for every user reply the reference agent and the hack monitors look at
     def canned_user_lines(self) -> frozenset[str]:

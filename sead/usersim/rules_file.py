@@ -114,7 +114,7 @@ def load_rules(path: str | Path, stages: Iterable[str], categories: Iterable[str
         raise SEADInputError(
             f"{unknown_noisy} are not behaviour categories of the library", path=path, field="dynamics.noisy_categories"
         )
-    return Rules(
+    rules = Rules(
         source=str(path),
         stages=tuple(parsed_stages),
         concerns=concerns,
@@ -127,6 +127,8 @@ def load_rules(path: str | Path, stages: Iterable[str], categories: Iterable[str
         off_topic_lines=r.optional_strings(data, "off_topic_lines", DEFAULT_OFF_TOPIC_LINES),
         dynamics=dynamics,
     )
+    r.lands_its_own(rules)
+    return rules
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -200,6 +202,27 @@ class _Reader:
         if not isinstance(value, str) or not value.strip():
             self.fail("is missing or not a non-empty string", f"{prefix}.{key}" if prefix else key)
         return " ".join(value.split())
+
+    def lands_its_own(self, rules: Rules) -> None:
+        """Every reference line and rewording must do what it is the reference for, read alone: else the reference
+        agent, and any agent that imitates it, could never win this user."""
+        lines = [
+            (f"stages[{i}]", s.reference_agent, s.reference_rewordings, lambda t, i=i: i in rules.stages_cued(t))
+            for i, s in enumerate(rules.stages)
+        ] + [
+            (f"concerns.{c}", r.reference_answer, r.reference_rewordings, lambda t, c=c: c in rules.kinds_answered(t))
+            for c, r in rules.concerns.items()
+        ]
+        for where, reference, rewordings, lands in lines:
+            named = [("reference_agent" if where.startswith("stages") else "reference_answer", reference)]
+            named += [(f"reference_rewordings[{k}]", line) for k, line in enumerate(rewordings)]
+            for key, line in named:
+                if not lands(normalise(line)):
+                    self.fail(
+                        f"{line!r} does not do what it is the reference for: it needs one of the phrases and "
+                        f"dynamics.substance_words ({rules.dynamics.substance_words}) content words of these lines",
+                        f"{where}.{key}",
+                    )
 
     def dynamics(self, value) -> Dynamics:
         if value is None:

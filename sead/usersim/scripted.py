@@ -148,6 +148,10 @@ class ScriptedUserSimulator(UserSimulator):
             else:
                 st.open_rounds += 1
                 move("trust", -d.unresolved_trust_cost, "they dodged my question")
+                if answered and d.wrong_answer_cost:  # an answer, to something this user never asked
+                    st.open_rounds += d.wrong_answer_cost
+                    move("trust", -d.wrong_answer_cost, "that's not what I asked")
+                    move("emotion", -d.wrong_answer_cost, "that's not what I asked")
                 gave_up = st.open_rounds >= d.max_unresolved_rounds
         elif cued:
             expected = st.stage_done + 1
