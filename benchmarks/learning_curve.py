@@ -200,6 +200,8 @@ def run_phase(args, phase: Phase) -> None:
     from sead.trainer.loop import train
 
     run, settings = args.out / phase.name, overrides(args, phase)
+    if RunLayout(run).usersim.exists():  # finished or interrupted: either way what it holds was played against it
+        refuse_other_simulator(run, load_config([*settings, f"run_dir={run}", "resume=false"]))
     if phase.finished(run):
         refuse_other_settings(run, load_config([*settings, f"run_dir={run}", "resume=false"]))
         console.print(f"{phase.name}: finished earlier, reused ({run})")
@@ -222,6 +224,34 @@ def refuse_other_settings(run: Path, expected) -> None:
         shown = "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:6])
         raise SystemExit(
             f"{run} was run with other settings ({shown}); delete it to run it again, or use another --out"
+        )
+
+
+def simulator(identity: dict) -> dict:
+    """What makes two runs' user simulators one: the identity a run saves (`usersim.json`: name, rules, dynamics),
+    the rules file by name only (runs from other checkouts have other paths), in JSON's types."""
+    identity = json.loads(json.dumps(identity))
+    return {**identity, "rules": Path(identity["rules"]).name} if identity.get("rules") else identity
+
+
+def simulator_changes(a: dict | None, b: dict | None) -> str:
+    if a is None or b is None:
+        return "one was measured before results recorded the simulator"
+    flat = [(k, a.get(k), b.get(k)) for k in a.keys() | b.keys() if k != "dynamics"]
+    da, db = a.get("dynamics") or {}, b.get("dynamics") or {}
+    flat += [(f"dynamics.{k}", da.get(k), db.get(k)) for k in da.keys() | db.keys()]
+    return "; ".join(f"{k} {x!r} -> {y!r}" for k, x, y in sorted(flat) if x != y)
+
+
+def refuse_other_simulator(run: Path, cfg) -> None:
+    from sead.config import build_scenario, build_usersim
+
+    then = simulator(json.loads(RunLayout(run).usersim.read_text()))
+    now = simulator(build_usersim(cfg, build_scenario(cfg)).identity())
+    if then != now:
+        raise SystemExit(
+            f"{run} was played against another user simulator ({simulator_changes(then, now)}); delete it to run it "
+            "again, or use another --out"
         )
 
 
@@ -259,6 +289,7 @@ def arm(run: Path, label: str) -> dict:
         "ci95": list(interval(m, "CR")),
         **user_side,
         "end_reasons": m["end_reasons"],
+        "user_simulator": simulator(json.loads(layout.usersim.read_text())),
         "dialogues": str(dialogues),
         "outcomes": outcomes_to_json(validation_outcomes(dialogues)),
         "config": OmegaConf.to_container(OmegaConf.load(layout.config)),
@@ -281,6 +312,16 @@ def check_same_task(configs: dict[str, dict]) -> None:
         changes = [k for k in changed_settings(cfg, other) if under(k, TASK_KEYS)]
         if changes:
             raise SystemExit(f"{first} and {name} pose different tasks or held-out sets ({', '.join(changes[:6])})")
+
+
+def check_same_simulator(arms: dict[str, dict]) -> None:
+    """Arms compared must have met one user: a change of its rules between them (an --earlier arm from before) would
+    pass for a change of the agent."""
+    (first, a), *others = arms.items()
+    for name, b in others:
+        if a.get("user_simulator") != b.get("user_simulator"):
+            why = simulator_changes(a.get("user_simulator"), b.get("user_simulator"))
+            raise SystemExit(f"{first} and {name} were measured against different user simulators ({why})")
 
 
 def compare(arms: dict[str, dict]) -> list[dict]:
@@ -330,6 +371,7 @@ def collect(out: Path, earlier: Path | None = None) -> dict:
         raise SystemExit(f"no measured phase in {out}" + (f" or {earlier}" if earlier else ""))
     configs = {n: a["config"] for n, a in arms.items()}
     check_same_task(configs)
+    check_same_simulator(arms)
     comparisons = compare(arms)
     times_path = out / "phase_times.json"
     times = json.loads(times_path.read_text()) if times_path.exists() else {}

@@ -195,6 +195,17 @@ def test_a_rerun_reuses_finished_phases_and_refuses_one_run_with_other_settings(
     assert json.loads((out / "again.json").read_text())["comparisons"] == result["comparisons"]
     with pytest.raises(SystemExit, match=r"base was run with other settings \(reward.format 0.1 -> 0.3"):
         script.main(["--quick", "--out", str(out), "reward.format=0.3"])
+    # a phase played against another user simulator (the rules' dynamics changed since) is not reused either
+    saved = RunLayout(out / "base").usersim
+    identity = json.loads(saved.read_text())
+    saved.write_text(json.dumps({**identity, "dynamics": {**identity["dynamics"], "wrong_answer_cost": 0}}))
+    try:
+        with pytest.raises(
+            SystemExit, match=r"base was played against another user simulator .*wrong_answer_cost 0 -> 1"
+        ):
+            script.main(["--quick", "--out", str(out)])
+    finally:
+        saved.write_text(json.dumps(identity))
 
 
 def test_the_development_mode_measures_on_the_development_seed_and_reports_beside_its_runs(script, tmp_path):
@@ -250,3 +261,8 @@ def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick,
         script.collect(later, altered(lambda base: base.pop("outcomes")))
     with pytest.raises(SystemExit, match=r"base and warmup_only pose different tasks .*trainer.validation.seed"):
         script.collect(later, altered(lambda base: base["config"]["trainer"]["validation"].update(seed=7)))
+    # an arm measured against another user: other rules, or from before results recorded the simulator at all
+    with pytest.raises(SystemExit, match=r"base and warmup_only .*different user simulators .*substance_words 0 -> 3"):
+        script.collect(later, altered(lambda base: base["user_simulator"]["dynamics"].update(substance_words=0)))
+    with pytest.raises(SystemExit, match=r"different user simulators \(one was measured before"):
+        script.collect(later, altered(lambda base: base.pop("user_simulator")))
