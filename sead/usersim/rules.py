@@ -15,6 +15,8 @@ Phrases match case-insensitively as substrings after `normalise`, which also dro
 placeholders, so a cue "platform" matches a reply saying "[Platform]" and the other way round. A phrase may not
 contain, or be contained in, a phrase of another stage (or of another concern): the number of stages a reply
 cues and of concern kinds it answers must be well defined, since a reply with too many of either is a salad.
+A phrase counts only with substance around it: `dynamics.substance_words` content words of its own stage's or
+concern's lines in the reply, so a bare phrase padded with filler words cues and answers nothing.
 `Rules.read` is the one reading of an agent reply, shared by the scripted user and the hack monitors.
 """
 
