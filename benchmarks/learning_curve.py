@@ -235,12 +235,11 @@ def simulator(identity: dict) -> dict:
 
 
 def simulator_changes(a: dict | None, b: dict | None) -> str:
+    from sead.run.frozen_config import changed_settings, describe_changes
+
     if a is None or b is None:
         return "one was measured before results recorded the simulator"
-    flat = [(k, a.get(k), b.get(k)) for k in a.keys() | b.keys() if k != "dynamics"]
-    da, db = a.get("dynamics") or {}, b.get("dynamics") or {}
-    flat += [(f"dynamics.{k}", da.get(k), db.get(k)) for k in da.keys() | db.keys()]
-    return "; ".join(f"{k} {x!r} -> {y!r}" for k, x, y in sorted(flat) if x != y)
+    return describe_changes(changed_settings(a, b))
 
 
 def refuse_other_simulator(run: Path, cfg) -> None:

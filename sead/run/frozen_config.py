@@ -93,7 +93,7 @@ def changed_settings(before: dict, after: dict, ignore: tuple[str, ...] = ()) ->
     }
 
 
-def _describe(changes: dict[str, tuple[Any, Any]]) -> str:
+def describe_changes(changes: dict[str, tuple[Any, Any]]) -> str:
     shown = [f"{k} {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:SHOWN]]
     more = len(changes) - SHOWN
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
@@ -134,8 +134,8 @@ def resume_config(run_dir: Path, cfg: DictConfig, step: int) -> Path:
     defining = {k: v for k, v in changes.items() if not under(k, MAY_CHANGE)}
     if defining and not cfg.get("resume_allow_changes", False):
         raise SEADInputError(
-            f"resume=true with settings that define the run changed: {_describe(defining)}. Resume with the run's "
-            "own settings (the values in this file), or pass resume_allow_changes=true to continue with the new "
+            f"resume=true with settings that define the run changed: {describe_changes(defining)}. Resume with the "
+            "run's own settings (the values in this file), or pass resume_allow_changes=true to continue with the new "
             "ones (both configs are kept)",
             path=saved_path,
         )
@@ -145,7 +145,7 @@ def resume_config(run_dir: Path, cfg: DictConfig, step: int) -> Path:
         log.warning(
             "resume_allow_changes=true: from step %d the run continues with %s (config: %s; before: %s)",
             step,
-            _describe(defining),
+            describe_changes(defining),
             in_effect.name,
             saved_path.name,
         )

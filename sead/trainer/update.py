@@ -248,8 +248,8 @@ class Updater:
         mismatch = RolloutMismatch()
         if self.estimator.critic is not None:
             sums["value_loss"] = 0.0
-        norms = []
-        for part in (p for _ in range(cfg.ppo_epochs) for p in mini_batches(seqs, cfg.mini_batches)):
+        norms, parts = [], mini_batches(seqs, cfg.mini_batches)
+        for part in (p for _ in range(cfg.ppo_epochs) for p in parts):
             self.opt.zero_grad(set_to_none=True)
             part_tokens = int(sum(int(s.mask.sum()) for s in part))  # each optimiser step: a token mean of its own
             with self.autocast():

@@ -207,21 +207,32 @@ class _Reader:
         """Every reference line and rewording must do what it is the reference for, read alone: else the reference
         agent, and any agent that imitates it, could never win this user."""
         lines = [
-            (f"stages[{i}]", s.reference_agent, s.reference_rewordings, lambda t, i=i: i in rules.stages_cued(t))
+            (
+                f"stages[{i}]",
+                "reference_agent",
+                s.reference_agent,
+                s.reference_rewordings,
+                lambda t, i=i: i in rules.stages_cued(t),
+            )
             for i, s in enumerate(rules.stages)
         ] + [
-            (f"concerns.{c}", r.reference_answer, r.reference_rewordings, lambda t, c=c: c in rules.kinds_answered(t))
+            (
+                f"concerns.{c}",
+                "reference_answer",
+                r.reference_answer,
+                r.reference_rewordings,
+                lambda t, c=c: c in rules.kinds_answered(t),
+            )
             for c, r in rules.concerns.items()
         ]
-        for where, reference, rewordings, lands in lines:
-            named = [("reference_agent" if where.startswith("stages") else "reference_answer", reference)]
-            named += [(f"reference_rewordings[{k}]", line) for k, line in enumerate(rewordings)]
-            for key, line in named:
+        for where, key, reference, rewordings, lands in lines:
+            named = [(key, reference), *((f"reference_rewordings[{k}]", line) for k, line in enumerate(rewordings))]
+            for name, line in named:
                 if not lands(normalise(line)):
                     self.fail(
                         f"{line!r} does not do what it is the reference for: it needs one of the phrases and "
                         f"dynamics.substance_words ({rules.dynamics.substance_words}) content words of these lines",
-                        f"{where}.{key}",
+                        f"{where}.{name}",
                     )
 
     def dynamics(self, value) -> Dynamics:
