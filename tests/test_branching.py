@@ -21,9 +21,10 @@ from sead.policy.scripted import ReferenceAgent
 from sead.reward import RewardWeights, compute_reward
 from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile
-from sead.trainer.branching import branch_jobs, branch_points, setbacks
+from sead.trainer.branching import branch_jobs, branch_points, concern_turns, setbacks
 from sead.trainer.loop import rollout_jobs, train
 from sead.trainer.schema import BranchConfig
+from sead.usersim.rules import normalise
 
 
 def play(scenario, policy, profile, tok, seed, **kw):
@@ -81,7 +82,7 @@ def test_a_branch_with_a_horizon_plays_that_many_turns_and_earns_what_they_earne
     reference = ReferenceAgent(restaurant, smollm_tokenizer)
     for i, profile in enumerate(sample_testset(restaurant, 60, 8)):
         full = play(restaurant, reference, profile, smollm_tokenizer, seed=2000 + i)
-        raised = [k + 1 for k, r in enumerate(full.meta[USER_REPORTS]) if r.get("active_concern")]
+        raised = concern_turns(full)
         if raised and raised[0] < full.num_turns:  # the reference answered a concern at turn `raised[0]`
             break
     else:
@@ -177,6 +178,37 @@ def test_setback_cuts_replay_the_turn_after_which_the_user_lost_ground():
     assert {len(j.prefix) for j in jobs} <= {1, 4} and len({j.prefix for j in jobs}) == 1
 
 
+def test_concern_cuts_replay_the_reply_to_a_concern_the_user_holds_open():
+    profile = Profile.make({"cooperation": 2, "emotion": 2, "trust": 2}, [])
+    # turn 1 drew a format-error message, not a user turn: the reports (one per user turn) skip it
+    turns = [Turn(agent(2, 2, 2, 0), user(2, 2, 2)), Turn(agent(2, 2, 2, 0), feedback="format!")]
+    turns += [Turn(agent(2, 2, 2, 1), user(2, 2, 2)), Turn(agent(2, 2, 2, 1), user(2, 2, 2)), Turn(agent(2, 2, 2, 2))]
+    reports = [{"active_concern": None}, {"active_concern": "Cost_Concerns"}, {}]
+    ep = Episode(profile, turns, "agent_done", meta={"seed": 3, "episode_id": "src3", USER_REPORTS: reports})
+    assert concern_turns(ep) == [3]  # the reply to the user turn of agent turn 2
+    assert {k for seed in range(40) for _, k in branch_points([ep], 1, random.Random(seed), at="concern")} == {3}
+    # no concern voiced (another simulator, or none raised): a uniform cut
+    ep.meta[USER_REPORTS] = [{}, {}, {}]
+    assert {k for seed in range(40) for _, k in branch_points([ep], 1, random.Random(seed), at="concern")} == {
+        1,
+        2,
+        3,
+        4,
+    }
+
+
+def test_the_scripted_user_reports_the_concerns_a_reference_dialogue_answers(restaurant, smollm_tokenizer):
+    """On the real simulator a concern cut lies where the reference agent's reply closed the user's concern."""
+    reference, cuts = ReferenceAgent(restaurant, smollm_tokenizer), []
+    for i, profile in enumerate(sample_testset(restaurant, 30, 9)):
+        ep = play(restaurant, reference, profile, smollm_tokenizer, seed=3000 + i)
+        reports = ep.meta[USER_REPORTS]
+        for k in (k for k in concern_turns(ep) if k < ep.num_turns):
+            answered = reference.rules.kinds_answered(normalise(ep.turns[k].agent.response))
+            cuts.append(answered == [reports[k - 1]["active_concern"]])
+    assert len(cuts) >= 10 and sum(cuts) / len(cuts) > 0.9, cuts
+
+
 def test_a_dialogue_gives_several_cuts_at_distinct_turns_when_asked():
     ep = dialogue(5, won=False, seed=4)
     assert len(branch_points([ep], 4, random.Random(0))) == 1  # one cut per dialogue by default
@@ -201,11 +233,15 @@ def test_a_dialogue_gives_several_cuts_at_distinct_turns_when_asked():
     assert sorted({len(j.prefix) for j in jobs}) == [1, 3, 4] and len(jobs) == 6
 
 
-@pytest.mark.parametrize("horizon", [0, 1])
-def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_only(tmp_path, horizon):
+def by_id(log) -> dict[str, dict]:
+    return {(d := json.loads(line))["meta"]["episode_id"]: d for line in log.open()}
+
+
+@pytest.mark.parametrize("horizon,source", [(0, "own"), (1, "own"), (1, "reference")])
+def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_only(tmp_path, horizon, source):
     cfg = ["preset=tiny", "trainer.iterations=1", "trainer.steps_per_iteration=2", "dialogue.max_turns=3"]
     cfg += ["trainer.branch.groups=2", "trainer.branch.size=3", "trainer.update.entropy_coef=0.05"]
-    cfg += [f"trainer.branch.turns={horizon}"]
+    cfg += [f"trainer.branch.turns={horizon}", f"trainer.branch.source={source}"]
     layout = RunLayout(train(load_config([*cfg, f"run_dir={tmp_path / 'run'}"])))
     steps = [json.loads(line) for line in layout.metrics.read_text().splitlines() if '"reward"' in line]
     full = 2 * 2  # the tiny preset: 2 profiles x 2 rollouts
@@ -213,9 +249,17 @@ def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_onl
         assert s["dialogues"] == full and s["groups"] == 2 + 2  # full groups, then the branched ones
         assert s["branches"]["dialogues"] == 2 * 3
         branches = [Episode.from_dict(json.loads(line)) for line in layout.branch_rollouts(s["step"]).open()]
-        sources = {
+        played = {
             json.loads(line)["meta"]["episode_id"]: json.loads(line) for line in layout.rollouts(s["step"]).open()
         }
+        sources = played
+        if source == "reference":  # the reference agent met the step's users with their draws
+            sources = {
+                json.loads(line)["meta"]["episode_id"]: json.loads(line)
+                for line in layout.branch_sources(s["step"]).open()
+            }
+            assert sorted(f"{i}-ref" for i in played) == sorted(sources)
+            assert all(sources[f"{i}-ref"]["meta"]["seed"] == e["meta"]["seed"] for i, e in played.items())
         assert len(branches) == 6 and len(sources) == full
         for b in branches:
             src = Episode.from_dict(sources[b.meta["branched_from"]])

@@ -22,6 +22,7 @@ def test_every_path_of_a_run_directory_is_the_documented_one():
             "tensorboard": run.tensorboard,
             "rollouts": run.rollouts(7),
             "branch_rollouts": run.branch_rollouts(7),
+            "branch_sources": run.branch_sources(7),
             "validation_dialogues": run.validation_dialogues(3),
             "validation_metrics": run.validation_metrics(3),
             "controller_state": run.controller_state(2),
@@ -40,6 +41,7 @@ def test_every_path_of_a_run_directory_is_the_documented_one():
         "tensorboard": "tensorboard",
         "rollouts": "rollouts/step_000007.jsonl",
         "branch_rollouts": "rollouts/branches_000007.jsonl",
+        "branch_sources": "rollouts/branch_sources_000007.jsonl",
         "validation_dialogues": "validation/iter_003.jsonl",
         "validation_metrics": "validation/iter_003.json",
         "controller_state": "controller/state_iter_002.json",
@@ -69,6 +71,7 @@ def test_listings_read_back_what_was_written_in_numeric_order(tmp_path):
     for step in (10, 2, 9):
         run.rollouts(step).write_text("")
         run.branch_rollouts(step).write_text("")  # a step's branches are not whole dialogues: not listed with them
+        run.branch_sources(step).write_text("")  # nor the reference agent's dialogues they were cut from
     for iteration in (10, 0, 9):
         run.validation_metrics(iteration).write_text("{}")
         run.validation_dialogues(iteration).write_text("")

@@ -103,6 +103,10 @@ class RunLayout:
     def branch_rollouts(self, step: int) -> Path:
         return self.rollouts_dir / f"branches_{step:06d}.jsonl"
 
+    def branch_sources(self, step: int) -> Path:
+        """The reference agent's dialogues a step's branches were cut from (trainer.branch.source=reference)."""
+        return self.rollouts_dir / f"branch_sources_{step:06d}.jsonl"
+
     def rollout_files(self) -> list[Path]:
         return sorted(self.rollouts_dir.glob("step_*.jsonl"))
 

@@ -11,7 +11,12 @@ where a user starts.
 Where to cut (`at`): `uniform` over the source's turns, or `setback`: at a turn after which the user lost ground
 (a state dimension it reports fell, or it hung up), read from the user's own tags, so any simulator that reports
 its state serves. A setback cut replays exactly the turn that went wrong, where the continuations' choices differ
-the most in what they earn.
+the most in what they earn. `concern`: at a turn that replies to a concern the user voiced and still holds open (the
+simulator's `active_concern` report): which answer the agent picks there decides what it earns.
+
+What to cut (`source`): the step's own dialogues, or (`reference`) the scripted reference agent's dialogues with the
+same users and draws. A policy that loses most users early never reaches their later concerns in its own
+dialogues; the reference agent's prefixes do, and they are the kind of dialogue a warm-up imitated.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import random
 from collections import Counter
 
 from sead.dialogue.batch import EpisodeJob
-from sead.dialogue.episode import Episode
+from sead.dialogue.episode import USER_REPORTS, Episode
 from sead.dialogue.seeds import group_agent_seed
 from sead.trainer.schema import BranchConfig
 
@@ -43,6 +48,18 @@ def setbacks(episode: Episode) -> list[int]:
     return out
 
 
+def concern_turns(episode: Episode) -> list[int]:
+    """Agent turns (0-based) that reply to a user turn after which the user reported a concern still open."""
+    reports, out = iter(episode.meta.get(USER_REPORTS, [])), []  # one report per user turn, in order
+    for k, turn in enumerate(episode.turns):
+        if turn.user is not None and next(reports, {}).get("active_concern") is not None:
+            out.append(k + 1)
+    return out
+
+
+MARKED_TURNS = {"setback": setbacks, "concern": concern_turns}  # branch.at -> the turns it cuts at
+
+
 def branch_points(
     episodes: list[Episode], groups: int, rng: random.Random, at: str = "uniform", per_dialogue: int = 1
 ) -> list[tuple[Episode, int]]:
@@ -50,8 +67,8 @@ def branch_points(
     each shuffled, spread over the step's profiles (a profile gets a second group only once every other one has
     had one) and never the same state twice. The cut lies after the first turn and up to the last, so at least one
     of the source's turns is replayed and at least its last one is played again: uniform there, or
-    (`at="setback"`) uniform over that range's setbacks, where it has any. A dialogue gives up to `per_dialogue`
-    cuts, each at another turn.
+    (`at="setback"` / `"concern"`) uniform over that range's marked turns, where it has any. A dialogue gives up to
+    `per_dialogue` cuts, each at another turn.
 
     Why spread: the rollouts of one profile often say the same lines (one user per group, a near-deterministic
     policy), so cutting several of them repeats one state; n groups of one state weigh it n times in the update,
@@ -62,8 +79,8 @@ def branch_points(
     rng.shuffle(won)
 
     def candidates(e: Episode) -> list[int]:
-        lost = [k for k in setbacks(e) if 1 <= k <= e.num_turns - 1] if at == "setback" else []
-        return lost or list(range(1, e.num_turns))
+        marked = [k for k in MARKED_TURNS[at](e) if 1 <= k <= e.num_turns - 1] if at in MARKED_TURNS else []
+        return marked or list(range(1, e.num_turns))
 
     pool = failed + won
     left = {id(e): candidates(e) for e in pool}  # turns a source may still be cut at

@@ -7,6 +7,7 @@ import asyncio
 import copy
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -21,6 +22,7 @@ from sead.metrics import HackMonitor
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, RolloutWeights
 from sead.policy.hf import HFPolicy
+from sead.policy.scripted import ReferenceAgent
 from sead.progress import progress_bar
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.layout import BASE_MODEL, CheckpointFolder, RunLayout
@@ -151,10 +153,18 @@ class Trainer:
 
     # -- phases ---------------------------------------------------------------------------------------------
     async def _play(
-        self, jobs, policy, log_path: Path, progress, label: str, cache: ResponseCache | None = None, fresh=True
+        self,
+        jobs,
+        policy,
+        log_path: Path,
+        progress,
+        label: str,
+        cache: ResponseCache | None = None,
+        fresh=True,
+        runner_cfg=None,
     ):
         """Play `jobs` and log them to `log_path`: anew (one file per step: a replayed step rewrites it), or
-        appended after a step's earlier round (`fresh=False`)."""
+        appended after a step's earlier round (`fresh=False`). `runner_cfg`: other dialogue settings than the run's."""
         task = progress.add_task(label, total=len(jobs))
         self.rollout_model.refresh()  # the rollout copy follows every update, the warm-up and a resume
         with RolloutLog(log_path, fresh=fresh) as rlog:
@@ -164,13 +174,14 @@ class Trainer:
                 agent=policy,
                 user=self.user,
                 tokenizer=self.tokenizer,
-                cfg=self.runner_cfg,
+                cfg=runner_cfg or self.runner_cfg,
                 log=rlog,
                 on_done=lambda ep: progress.advance(task),
                 score=self.score,
                 cache=cache,
             )
-        policy.turns.clear()  # finished dialogues: their keys/values would only hold memory until the next phase
+        if isinstance(policy, HFPolicy):  # finished dialogues: their keys/values would only hold memory
+            policy.turns.clear()
         progress.remove_task(task)
         return episodes
 
@@ -273,10 +284,30 @@ class Trainer:
                 return eps, checked, refills
             refills += 1
 
+    async def _reference_dialogues(self, eps, progress) -> list:
+        """The reference agent's dialogues with the users (profile and draws) of the step's dialogues `eps`: the
+        sources of `branch.source=reference` cuts. Its replies get the warm-up's room for a full tag block."""
+        jobs = [
+            EpisodeJob(e.profile, seed=e.meta["seed"], episode_id=f"{e.meta['episode_id']}-ref", group=e.meta["group"])
+            for e in eps
+        ]
+        return await self._play(
+            jobs,
+            ReferenceAgent(self.scenario, self.tokenizer),
+            self.layout.branch_sources(self.step),
+            progress,
+            f"step {self.step} reference dialogues",
+            runner_cfg=replace(self.runner_cfg, max_new_tokens=self.tc.warmup.max_new_tokens),
+        )
+
     async def _branches(self, eps, progress) -> list:
-        """The step's branched groups (trainer.branch), cut from its own dialogues `eps`; [] where off."""
+        """The step's branched groups (trainer.branch), cut from its own dialogues `eps` or the reference agent's
+        with the same users; [] where off."""
+        if not self.tc.branch.groups:
+            return []
+        own = self.tc.branch.source == "own"
         jobs = branch_jobs(
-            eps,
+            eps if own else await self._reference_dialogues(eps, progress),
             self.tc.branch,
             run_seed=int(self.cfg.seed),
             step=self.step,

@@ -61,7 +61,11 @@ class BranchConfig:
 
     groups: int = number(0, ge=0)
     size: int = number(4, ge=2, le=MAX_GROUP_MEMBERS)  # a group of one has no advantage
-    at: str = one_of("uniform", "setback")  # where to cut: any turn, or one after which the user lost ground
+    # where to cut: any turn, one after which the user lost ground, or one that answers a concern the user voiced
+    at: str = one_of("uniform", "setback", "concern")
+    # what to cut: the step's own dialogues, or the scripted reference agent's with the same users and draws (no
+    # model; their prefixes reach the states a policy that fails early never reaches)
+    source: str = one_of("own", "reference")
     # agent turns each continuation plays after the cut (0: to the dialogue's end); its reward is then what those
     # turns earned on the user's side (the prefix's share is the same for every member, so it cancels)
     turns: int = number(0, ge=0)
