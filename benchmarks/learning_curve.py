@@ -216,14 +216,14 @@ def run_phase(args, phase: Phase) -> None:
 def refuse_other_settings(run: Path, expected) -> None:
     from omegaconf import OmegaConf
 
-    from sead.run.frozen_config import changed_settings, read_saved_config
+    from sead.run.frozen_config import changed_settings, describe_changes, read_saved_config
 
     saved = OmegaConf.to_container(read_saved_config(RunLayout(run).config))
     changes = changed_settings(saved, OmegaConf.to_container(expected), ignore=BOOKKEEPING)
     if changes:
-        shown = "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:6])
         raise SystemExit(
-            f"{run} was run with other settings ({shown}); delete it to run it again, or use another --out"
+            f"{run} was run with other settings ({describe_changes(changes)}); delete it to run it again, "
+            "or use another --out"
         )
 
 
