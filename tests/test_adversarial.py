@@ -20,6 +20,7 @@ from sead.policy.adversarial import (
     EchoAgent,
     GuessingAgent,
     KeywordSaladAgent,
+    NegatingAgent,
     SplitSaladAgent,
 )
 from sead.policy.scripted import ReferenceAgent
@@ -90,7 +91,8 @@ def test_salad_limits_are_what_stop_the_salads(env):
     are what stops it."""
     rules = env.rules
     limits = {"max_stages_per_reply": len(rules.stages), "max_concern_kinds_per_reply": len(rules.concerns)}
-    loose, user = loosened(env, substance_words=0, **limits)  # its phrases are bare: the substance rule off too
+    # its phrases are bare, and one concern's "no"/"never" reads as negation to another's: those rules off too
+    loose, user = loosened(env, substance_words=0, negation_check=False, **limits)
     salad = SplitSaladAgent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, salad, user, env.profiles)) > 0.25
     assert completion_rate(env.episodes(SplitSaladAgent.name)) <= MAX_ADVERSARY_CR
@@ -103,6 +105,15 @@ def test_the_substance_rule_is_what_stops_bare_phrases(env):
     bare = BarePhrasesAgent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, bare, user, env.profiles)) > 0.3
     assert completion_rate(env.episodes(BarePhrasesAgent.name)) <= MAX_ADVERSARY_CR
+
+
+def test_the_negation_check_is_what_stops_negated_lines(env):
+    """The reference agent's lines turned around ("It is not true that ...") win as often as the lines themselves
+    when phrases and words are all the user reads; with the negation check they win nothing."""
+    loose, user = loosened(env, negation_check=False)
+    negated = NegatingAgent(env.scenario, StubTokenizer(), loose)
+    assert completion_rate(play(env.scenario, negated, user, env.profiles)) > 0.5
+    assert completion_rate(env.episodes(NegatingAgent.name)) <= MAX_ADVERSARY_CR
 
 
 def test_guessing_pays_nothing_after_a_wrong_answer(env):

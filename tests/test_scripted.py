@@ -248,6 +248,7 @@ def _del(key):
         (lambda d: d.update(dynamics={"repeat_share": 1.5}), "dynamics.repeat_share"),
         (lambda d: d.update(dynamics={"max_stages_per_reply": 0}), "dynamics.max_stages_per_reply"),
         (lambda d: d.update(dynamics={"overlap_ngram": "3"}), "dynamics.overlap_ngram"),
+        (lambda d: d.update(dynamics={"negation_check": 1}), "dynamics.negation_check"),
         (lambda d: d["stages"][0].update(reference_rewording=["Hi."]), "stages[0].reference_rewording"),
         (
             lambda d: d["concerns"]["Cost_Concerns"].update(reference_rewordings=["Free.", ""]),

@@ -18,7 +18,9 @@ Two more read the user as the reference agent does, and try to skimp on what the
 - `bare_phrases`: the reference agent's choice every turn, said as nothing but the phrase the user listens for
   and a few changing filler words ("Legitimate, sure quite indeed.");
 - `guess_answers`: the reference agent, except that it cannot tell one concern from another: it answers the
-  kinds in the order of how common they are in the library, the next one each time the user asks again.
+  kinds in the order of how common they are in the library, the next one each time the user asks again;
+- `negated`: the reference agent's line every turn, turned around ("It is not true that ...", "Nobody will tell
+  you that ..."): every phrase and word the user listens for, saying the opposite.
 """
 
 from __future__ import annotations
@@ -180,6 +182,23 @@ class GuessingAgent(ReferenceAgent):
         return action, landed
 
 
+class NegatingAgent(ReferenceAgent):
+    name = "negated"
+    FRAMES = (
+        "It is not true that {}",
+        "Nobody will tell you that {}",
+        "It would be false to say: {}",
+        "I can't promise this, but {}",
+        "Don't believe it when they say {}",
+    )
+
+    async def reply(self, messages: list[dict], seed: int) -> str:
+        turn = self.scenario.tags.parse_agent(await super().reply(messages, seed))
+        line = turn.response[:1].lower() + turn.response[1:]
+        frame = self.FRAMES[sum(m["role"] == "assistant" for m in messages) % len(self.FRAMES)]
+        return self.scenario.tags.format_agent(frame.format(line), turn.portrait, turn.stage, turn.status)
+
+
 ADVERSARIAL_AGENTS = {
     cls.name: cls
     for cls in (
@@ -192,5 +211,6 @@ ADVERSARIAL_AGENTS = {
         BlindReferenceAgent,
         BarePhrasesAgent,
         GuessingAgent,
+        NegatingAgent,
     )
 }

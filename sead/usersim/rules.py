@@ -16,7 +16,9 @@ placeholders, so a cue "platform" matches a reply saying "[Platform]" and the ot
 contain, or be contained in, a phrase of another stage (or of another concern): the number of stages a reply
 cues and of concern kinds it answers must be well defined, since a reply with too many of either is a salad.
 A phrase counts only with substance around it: `dynamics.substance_words` content words of its own stage's or
-concern's lines in the reply, so a bare phrase padded with filler words cues and answers nothing.
+concern's lines in the reply, so a bare phrase padded with filler words cues and answers nothing. And it counts
+only in a reply that turns nothing around its own lines do not (`dynamics.negation_check`): a negation word none of
+them use ("It is not true that ...", "Nobody ...") makes the reply say something else than the line.
 `Rules.read` is the one reading of an agent reply, shared by the scripted user and the hack monitors.
 """
 
@@ -36,6 +38,13 @@ _WORD = re.compile(r"[a-z0-9']+")
 _STOPWORDS = frozenset(
     "that this with what your about will have from they them their just there does then "
     "when where which would could should".split()
+)
+# Words that turn a statement around. A reply holding one that none of its stage's or concern's own lines use
+# does not say what those lines say; contractions are listed with and without the apostrophe.
+NEGATIONS = frozenset(
+    "not no never nobody nothing none neither nor nowhere false untrue lie lies lying wrong nonsense deny denies "
+    "cannot can't cant won't wont don't dont doesn't doesnt didn't didnt isn't isnt aren't arent wasn't wasnt "
+    "weren't werent shouldn't shouldnt wouldn't wouldnt couldn't couldnt haven't havent hasn't hasnt".split()
 )
 # Settings where 0 would make every reply a salad, or compare nothing.
 
@@ -63,6 +72,10 @@ def content_words(text: str) -> set[str]:
         for w in _WORD.findall(normalise(text))
         if len(w) >= 4 and w not in _STOPWORDS and not any(c.isdigit() for c in w)
     }
+
+
+def negations(text: str) -> frozenset[str]:
+    return frozenset(w for w in _WORD.findall(normalise(text)) if w in NEGATIONS)
 
 
 def voiced_kinds(library) -> dict[str, str]:
@@ -108,6 +121,9 @@ class Dynamics:
     # An answer to another kind of concern than the one the user waits on is worse than a dodge: this much more
     # trust and emotion lost, and this many more rounds toward max_unresolved_rounds (guessing costs).
     wrong_answer_cost: int = 1
+    # A cue or answer phrase counts only where the reply holds no negation word (NEGATIONS) that its stage's or
+    # concern's own lines lack: "It is not true that" + the reference line does not say the line. False: no check.
+    negation_check: bool = True
     overlap_ngram: int = 3  # word n-grams compared by the repeat and echo checks
     repeat_share: float = 0.5  # this share of a reply's n-grams already said by the agent: a repeat
     echo_share: float = 0.5  # this share of a reply's n-grams taken from the user's last reply: an echo
@@ -120,6 +136,18 @@ class Dynamics:
 
 def _words_of(phrases: Iterable[str], *lines: str) -> frozenset[str]:
     return frozenset(w for text in (*phrases, *lines) for w in content_words(text))
+
+
+def _negations_of(phrases: Iterable[str], *lines: str) -> frozenset[str]:
+    return frozenset(w for text in (*phrases, *lines) for w in negations(text))
+
+
+class _Said:
+    """What a reply's words hold for the phrase checks, read once per reply."""
+
+    def __init__(self, normalised_text: str):
+        self.words = content_words(normalised_text)
+        self.negations = negations(normalised_text)
 
 
 @dataclass(frozen=True)
@@ -172,23 +200,40 @@ class Rules:
     dynamics: Dynamics
 
     def stages_cued(self, normalised_text: str) -> list[int]:
-        words = content_words(normalised_text)
+        said = _Said(normalised_text)
         return [
             i
             for i, s in enumerate(self.stages)
-            if matches_any(normalised_text, s.agent_cues) and self._substantial(words, self.stage_words[i])
+            if matches_any(normalised_text, s.agent_cues)
+            and self._counts(said, self.stage_words[i], self.stage_negations[i])
         ]
 
     def kinds_answered(self, normalised_text: str) -> list[str]:
-        words = content_words(normalised_text)
+        said = _Said(normalised_text)
         return [
             c
             for c, rules in self.concerns.items()
-            if matches_any(normalised_text, rules.resolved_by) and self._substantial(words, self.concern_words[c])
+            if matches_any(normalised_text, rules.resolved_by)
+            and self._counts(said, self.concern_words[c], self.concern_negations[c])
         ]
 
-    def _substantial(self, words: set[str], own: frozenset[str]) -> bool:
-        return len(words & own) >= self.dynamics.substance_words
+    def _counts(self, said: _Said, own_words: frozenset[str], own_negations: frozenset[str]) -> bool:
+        """Whether a phrase of a stage or concern found in a reply counts: substance around it, nothing turned
+        around (see `Dynamics`)."""
+        d = self.dynamics
+        plain = not d.negation_check or said.negations <= own_negations
+        return plain and len(said.words & own_words) >= d.substance_words
+
+    @cached_property
+    def stage_negations(self) -> tuple[frozenset[str], ...]:
+        return tuple(_negations_of(s.agent_cues, s.reference_agent, *s.reference_rewordings) for s in self.stages)
+
+    @cached_property
+    def concern_negations(self) -> dict[str, frozenset[str]]:
+        return {
+            c: _negations_of(r.resolved_by, r.reference_answer, *r.reference_rewordings)
+            for c, r in self.concerns.items()
+        }
 
     @cached_property
     def stage_words(self) -> tuple[frozenset[str], ...]:

@@ -254,6 +254,10 @@ class _Reader:
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
                     self.fail(f"must be a probability in [0, 1], got {v!r}", field)
                 out[key] = float(v)
+            elif key == "negation_check":
+                if not isinstance(v, bool):
+                    self.fail(f"must be true or false, got {v!r}", field)
+                out[key] = v
             elif v is None and key.startswith("hangup_"):
                 out[key] = None
             elif isinstance(v, bool) or not isinstance(v, int) or v < (1 if key in _AT_LEAST_ONE else 0):
