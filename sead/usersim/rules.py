@@ -134,16 +134,8 @@ class Dynamics:
         return "communication" in category.lower()
 
 
-def _words_of(phrases: Iterable[str], *lines: str) -> frozenset[str]:
-    return frozenset(w for text in (*phrases, *lines) for w in content_words(text))
-
-
-def _negations_of(phrases: Iterable[str], *lines: str) -> frozenset[str]:
-    return frozenset(w for text in (*phrases, *lines) for w in negations(text))
-
-
 class _Said:
-    """What a reply's words hold for the phrase checks, read once per reply."""
+    """What a text's words hold for the phrase checks (a reply, read once; or a stage's or concern's own lines)."""
 
     def __init__(self, normalised_text: str):
         self.words = content_words(normalised_text)
@@ -204,8 +196,7 @@ class Rules:
         return [
             i
             for i, s in enumerate(self.stages)
-            if matches_any(normalised_text, s.agent_cues)
-            and self._counts(said, self.stage_words[i], self.stage_negations[i])
+            if matches_any(normalised_text, s.agent_cues) and self._counts(said, self.stage_own[i])
         ]
 
     def kinds_answered(self, normalised_text: str) -> list[str]:
@@ -213,37 +204,27 @@ class Rules:
         return [
             c
             for c, rules in self.concerns.items()
-            if matches_any(normalised_text, rules.resolved_by)
-            and self._counts(said, self.concern_words[c], self.concern_negations[c])
+            if matches_any(normalised_text, rules.resolved_by) and self._counts(said, self.concern_own[c])
         ]
 
-    def _counts(self, said: _Said, own_words: frozenset[str], own_negations: frozenset[str]) -> bool:
+    def _counts(self, said: _Said, own: _Said) -> bool:
         """Whether a phrase of a stage or concern found in a reply counts: substance around it, nothing turned
         around (see `Dynamics`)."""
         d = self.dynamics
-        plain = not d.negation_check or said.negations <= own_negations
-        return plain and len(said.words & own_words) >= d.substance_words
+        plain = not d.negation_check or said.negations <= own.negations
+        return plain and len(said.words & own.words) >= d.substance_words
 
     @cached_property
-    def stage_negations(self) -> tuple[frozenset[str], ...]:
-        return tuple(_negations_of(s.agent_cues, s.reference_agent, *s.reference_rewordings) for s in self.stages)
+    def stage_own(self) -> tuple[_Said, ...]:
+        """The words of each stage's own lines (cues, reference line, rewordings): what a reply doing that stage
+        talks about, and the negations it may use."""
+        return tuple(_Said(" ".join((*s.agent_cues, s.reference_agent, *s.reference_rewordings))) for s in self.stages)
 
     @cached_property
-    def concern_negations(self) -> dict[str, frozenset[str]]:
+    def concern_own(self) -> dict[str, _Said]:
         return {
-            c: _negations_of(r.resolved_by, r.reference_answer, *r.reference_rewordings)
+            c: _Said(" ".join((*r.resolved_by, r.reference_answer, *r.reference_rewordings)))
             for c, r in self.concerns.items()
-        }
-
-    @cached_property
-    def stage_words(self) -> tuple[frozenset[str], ...]:
-        """Content words of each stage's own lines: what a reply doing that stage talks about."""
-        return tuple(_words_of(s.agent_cues, s.reference_agent, *s.reference_rewordings) for s in self.stages)
-
-    @cached_property
-    def concern_words(self) -> dict[str, frozenset[str]]:
-        return {
-            c: _words_of(r.resolved_by, r.reference_answer, *r.reference_rewordings) for c, r in self.concerns.items()
         }
 
     @cached_property  # read for every user reply the reference agent and the hack monitors look at
