@@ -17,8 +17,8 @@ contain, or be contained in, a phrase of another stage (or of another concern): 
 cues and of concern kinds it answers must be well defined, since a reply with too many of either is a salad.
 A phrase counts only with substance around it: `dynamics.substance_words` content words of its own stage's or
 concern's lines in the reply, so a bare phrase padded with filler words cues and answers nothing. And it counts
-only in a reply that turns nothing around its own lines do not (`dynamics.negation_check`): a negation word none of
-them use ("It is not true that ...", "Nobody ...") makes the reply say something else than the line.
+only where the reply holds no negation word that none of those lines use (`dynamics.negation_check`): "It is not
+true that ..." or "Nobody ..." before a line says something else than the line.
 `Rules.read` is the one reading of an agent reply, shared by the scripted user and the hack monitors.
 """
 
