@@ -67,15 +67,11 @@ def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
 
 
 def content_words(text: str) -> set[str]:
-    return {
-        w
-        for w in _WORD.findall(normalise(text))
-        if len(w) >= 4 and w not in _STOPWORDS and not any(c.isdigit() for c in w)
-    }
+    return _content(_WORD.findall(normalise(text)))
 
 
-def negations(text: str) -> frozenset[str]:
-    return frozenset(w for w in _WORD.findall(normalise(text)) if w in NEGATIONS)
+def _content(words: list[str]) -> set[str]:
+    return {w for w in words if len(w) >= 4 and w not in _STOPWORDS and not any(c.isdigit() for c in w)}
 
 
 def voiced_kinds(library) -> dict[str, str]:
@@ -138,8 +134,9 @@ class _Said:
     """What a text's words hold for the phrase checks (a reply, read once; or a stage's or concern's own lines)."""
 
     def __init__(self, normalised_text: str):
-        self.words = content_words(normalised_text)
-        self.negations = negations(normalised_text)
+        words = _WORD.findall(normalise(normalised_text))
+        self.words = _content(words)
+        self.negations = NEGATIONS.intersection(words)
 
 
 @dataclass(frozen=True)
@@ -191,16 +188,16 @@ class Rules:
     off_topic_lines: tuple[str, ...]
     dynamics: Dynamics
 
-    def stages_cued(self, normalised_text: str) -> list[int]:
-        said = _Said(normalised_text)
+    def stages_cued(self, normalised_text: str, said: _Said | None = None) -> list[int]:
+        said = said or _Said(normalised_text)
         return [
             i
             for i, s in enumerate(self.stages)
             if matches_any(normalised_text, s.agent_cues) and self._counts(said, self.stage_own[i])
         ]
 
-    def kinds_answered(self, normalised_text: str) -> list[str]:
-        said = _Said(normalised_text)
+    def kinds_answered(self, normalised_text: str, said: _Said | None = None) -> list[str]:
+        said = said or _Said(normalised_text)
         return [
             c
             for c, rules in self.concerns.items()
@@ -244,7 +241,8 @@ class Rules:
     def read(self, reply: str, said: Iterable[str] = (), heard: str | None = None) -> Reading:
         """Read an agent reply, given what the agent said before in the dialogue and the user's last reply."""
         d, text = self.dynamics, normalise(reply)
-        stages, kinds = tuple(self.stages_cued(text)), tuple(self.kinds_answered(text))
+        words = _Said(text)  # the reply's words, read once for both checks
+        stages, kinds = tuple(self.stages_cued(text, words)), tuple(self.kinds_answered(text, words))
         grams = ngrams(reply, d.overlap_ngram)
         repeat = share(grams, set().union(*(ngrams(s, d.overlap_ngram) for s in said)))
         echo = share(grams, ngrams(heard, d.overlap_ngram)) if heard is not None else 0.0
