@@ -288,6 +288,7 @@ def arm(run: Path, label: str) -> dict:
         "ci95": list(interval(m, "CR")),
         **user_side,
         "end_reasons": m["end_reasons"],
+        "funnel": m.get("funnel"),  # validations written before the funnel existed have none
         "user_simulator": simulator(json.loads(layout.usersim.read_text())),
         "dialogues": str(dialogues),
         "outcomes": outcomes_to_json(validation_outcomes(dialogues)),
@@ -456,6 +457,7 @@ def show(result: dict) -> None:
         label = a["label"] + (" (earlier results)" if "from" in a else "")
         arms.add_row(label, str(a["grpo_steps"]), cr, f"{a['completed']} / {a['n']}", car, ack)
     console.print(arms)
+    show_where_lost(result["arms"])
     for name, r in result["repeated"].items():
         console.print(f"{name}, measured again: {r['ended_otherwise']} of {r['dialogues']} dialogues ended otherwise")
     pairs = Table(title="paired on the same dialogues: exact McNemar, two-sided")
@@ -478,6 +480,23 @@ def show(result: dict) -> None:
         )
     if c := result["curriculum"]:
         console.print(f"what the curriculum adds, grpo_sead_joint vs grpo_fixed: {' points, p = '.join(gain_and_p(c))}")
+
+
+def show_where_lost(arms: dict) -> None:
+    """Per arm, the failed dialogues by the SOP stage due when they were lost (with a concern of the user's left
+    open / in all): where RL moved calls, not only how many."""
+    funnels = {a["label"]: a["funnel"] for a in arms.values() if a.get("funnel")}
+    due = sorted({int(k) for f in funnels.values() for k in f["lost"]})
+    if not due:
+        return
+    table = Table(title="failed dialogues by the stage due when lost: concern left open / all")
+    table.add_column("arm")
+    for k in due:
+        table.add_column(f"stage {k}", justify="right")
+    for label, f in funnels.items():
+        cells = [f["lost"].get(str(k), {"concern_open": 0, "no_concern_open": 0}) for k in due]
+        table.add_row(label, *(f"{c['concern_open']} / {c['concern_open'] + c['no_concern_open']}" for c in cells))
+    console.print(table)
 
 
 def gain_and_p(c: dict) -> tuple[str, str]:

@@ -17,6 +17,9 @@ Per-dialogue values (None = the metric does not apply to that dialogue):
       none). ACK and CAR are measured on the user's side, from what the simulator reports each turn; only the
       scripted user reports it, so with any other simulator both are None for every dialogue (unless no user
       turn happened at all: then nothing was acknowledged, ACK 0).
+- funnel (aggregate only, from the same reports): how many dialogues had at least k stages acknowledged, and where
+      the failed ones were lost: by the stage then due (the number acknowledged) and whether the user still held
+      a concern open when the call ended (an unanswered question, against a stage that did not land).
 Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n (for a rate, `wilson_interval` gives the
 score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that
 ended by a simulator error are counted apart and excluded from every metric: they say nothing about the agent.
@@ -97,6 +100,29 @@ def concerns_answered(ep: Episode) -> float | None:
         voiced += now is not None and now != open_concern
         open_concern = now
     return answered / voiced if voiced else None
+
+
+def concern_open_at_end(ep: Episode) -> bool:
+    """Whether the user still held a concern open after its last reported turn."""
+    reports = user_reports(ep)
+    return bool(reports) and reports[-1].get("active_concern") is not None
+
+
+def funnel(episodes: Sequence[Episode]) -> dict:
+    """The SOP funnel on the user's side. `acknowledged[k]`: dialogues with more than k stages acknowledged
+    (k = 0: at least one). `lost[k]`: failed dialogues that ended with k stages acknowledged (stage k was due),
+    split by whether the user still held a concern open."""
+    acked = [stages_acknowledged(e) for e in episodes]
+    lost: dict[str, dict[str, int]] = {}
+    for e, k in zip(episodes, acked):
+        if not e.success:
+            row = lost.setdefault(str(k), {"concern_open": 0, "no_concern_open": 0})
+            row["concern_open" if concern_open_at_end(e) else "no_concern_open"] += 1
+    return {
+        "dialogues": len(episodes),
+        "acknowledged": [sum(a > k for a in acked) for k in range(max(acked, default=0))],
+        "lost": dict(sorted(lost.items(), key=lambda kv: int(kv[0]))),
+    }
 
 
 def turns_if_success(ep: Episode) -> float | None:
@@ -295,6 +321,7 @@ def compute_metrics(
         },
         "metrics": {name: summarise(vals, seed=seed) for name, vals in per_dialogue.items()},
         "end_reasons": _count(e.end_reason for e in episodes),
+        "funnel": funnel(valid) if reporting else None,
         "tokens": tokens,
         "cost": cost(tokens, prices or {}),
     }

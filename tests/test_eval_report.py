@@ -72,7 +72,7 @@ def check_viewer(page, episodes):
     page.locator(".dialogue-row").first.click()  # the first dialogue, whose user reply holds the markup
     assert page.locator(".user-text").first.inner_text() == EVIL
     assert page.evaluate("window.__pwned") is None and page.locator("#dialogue-detail b").count() == 0
-    assert page.locator(".plots img").count() == 4
+    assert page.locator(".plots img").count() == 5  # 2 heat maps, CR per value, end reasons, funnel
 
 
 def test_training_report_draws_the_curves_of_a_run(tmp_path):
@@ -108,6 +108,7 @@ def test_report_opens_with_a_readable_setup_and_plots_show_zero_cr(tmp_path):
         assert "6 of " in setup["test set"] and results["settings"]["testset"]["hash"] in setup["test set"]
         assert "{" not in page.inner_text("body").split("Metrics")[0]  # no raw JSON above the metrics
         assert "format error" not in setup["dialogue limits"]  # the agent's feedback text stays in results.json
+        assert page.locator("figcaption", has_text="SOP funnel").count() == 1  # the scripted user reports stages
         monitors = page.locator("table.summary", has_text="flagged").inner_text()
         assert "words_per_reply" in monitors and results["hack_monitors"]["flagged"]  # the floor is flagged
     fig = cr_by_value_figure(results["cr_by_state"])

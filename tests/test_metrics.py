@@ -15,6 +15,7 @@ from sead.metrics import (
     compute_metrics,
     concerns_answered,
     cost,
+    funnel,
     pass_hat_k,
     stages_acknowledged,
     summarise,
@@ -351,10 +352,29 @@ def test_user_side_measures_by_hand():
     assert m["CAR"]["mean"] == 0.5 and m["CAR"]["n"] == 1
 
 
+def test_funnel_by_hand():
+    # won after 3 stages; lost with stage 1 due and "fees" still open; lost with stage 1 due, nothing open; lost
+    # before anything landed with "scam" open; a cached reply ({}) at the end reports nothing and changes nothing
+    won = _reported({"stage_done": 0, "active_concern": None}, {"stage_done": 2, "active_concern": None}, success=True)
+    fees = _reported({"stage_done": 0, "active_concern": None}, {"stage_done": 0, "active_concern": "fees"}, {})
+    flat = _reported({"stage_done": 0, "active_concern": "scam"}, {"stage_done": 0, "active_concern": None})
+    early = _reported({"stage_done": -1, "active_concern": "scam"})
+    f = funnel([won, fees, flat, early])
+    assert f["dialogues"] == 4
+    assert f["acknowledged"] == [3, 1, 1]  # at least 1 stage: won, fees, flat; at least 2 and 3: won only
+    assert f["lost"] == {
+        "0": {"concern_open": 1, "no_concern_open": 0},
+        "1": {"concern_open": 1, "no_concern_open": 1},
+    }
+    assert list(funnel([early, fees])["lost"]) == ["0", "1"]  # ordered by stage, whatever the dialogues' order
+    assert compute_metrics([won, fees, flat, early], SPACE)["funnel"] == f
+
+
 def test_user_side_measures_absent_without_a_reporting_simulator():
     # an LLM simulator reports no stages: neither measure applies to any dialogue, even one the user never answered
-    m = compute_metrics([_reported({"tokens": 3}, {"tokens": 4}), _reported()], SPACE)["metrics"]
-    assert m["ACK"]["n"] == 0 and m["CAR"]["n"] == 0
+    result = compute_metrics([_reported({"tokens": 3}, {"tokens": 4}), _reported()], SPACE)
+    m = result["metrics"]
+    assert m["ACK"]["n"] == 0 and m["CAR"]["n"] == 0 and result["funnel"] is None
     # but a user that never heard the agent (a base model that writes no <response>) acknowledged nothing
     m = compute_metrics([_reported(), _reported()], SPACE)["metrics"]
     assert (m["ACK"]["mean"], m["ACK"]["n"], m["CAR"]["n"]) == (0.0, 2, 0)

@@ -95,7 +95,7 @@ def eval_cmd(cfg: DictConfig, args: list[str]) -> int:
             monitor=HackMonitor.for_scenario(scenario),
         )
         (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-        report = write_eval_report(out, spec.name, results, episodes, scenario.space)
+        report = write_eval_report(out, spec.name, results, episodes, scenario.space, scenario.stages)
         compared.append((spec.name, results))
         _print_summary(spec.name, results, out, report)
         del agent

@@ -90,6 +90,29 @@ def outcome_plot(end_reasons: dict[str, int], path: Path) -> Path:
     return _save(fig, path)
 
 
+def funnel_plot(funnel: dict, path: Path, stages: Sequence[str] = ()) -> Path:
+    """The user-side SOP funnel (`sead.metrics.funnel`): dialogues past each stage, and where the failed ones were
+    lost, split by whether a concern of the user's was left open. `stages`: the SOP's stage names, for labels."""
+    fig, (reached, lost) = plt.subplots(1, 2, figsize=(8, 2.8))
+    acked = funnel["acknowledged"]
+    reached.bar([str(k + 1) for k in range(len(acked))], acked, color="#4c72b0")
+    reached.set_xlabel("stages acknowledged, at least")
+    reached.set_ylabel("dialogues")
+    reached.set_title(f"how far calls got (of {funnel['dialogues']})")
+    due = list(funnel["lost"])
+    open_, other = ([funnel["lost"][k][part] for k in due] for part in ("concern_open", "no_concern_open"))
+    due = [f"{k}: {stages[int(k)]}" if int(k) < len(stages) else k for k in due]
+    lost.barh(due, open_, color="#dd8452", label="a concern left open")
+    lost.barh(due, other, left=open_, color="#8c8c8c", label="no concern open")
+    lost.set_ylabel("stage due when lost")
+    lost.set_xlabel("failed dialogues")
+    lost.set_title("where calls were lost")
+    if due:
+        lost.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def line_plot(
     series: dict[str, tuple[list, list]],
     path: Path,

@@ -12,7 +12,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sead.dialogue import Episode
-from sead.eval.plots import cr_by_value_plot, cr_heatmap, data_uri, heatmap_pairs, outcome_plot
+from sead.eval.plots import cr_by_value_plot, cr_heatmap, data_uri, funnel_plot, heatmap_pairs, outcome_plot
 from sead.scenario import ProfileSpace
 
 SUMMARY_METRICS = ("CR", "ACK", "CAR", "FPR", "SCR", "ATT", "ADT", "UPA", "EI", "TI", "CI")
@@ -144,7 +144,15 @@ def setup_rows(results: dict) -> list[list[str]]:
     ]
 
 
-def write_eval_report(out: Path, name: str, results: dict, episodes: Sequence[Episode], space: ProfileSpace) -> Path:
+def write_eval_report(
+    out: Path,
+    name: str,
+    results: dict,
+    episodes: Sequence[Episode],
+    space: ProfileSpace,
+    stages: Sequence[str] = (),
+) -> Path:
+    """`stages`: the SOP's stage names, to label the funnel."""
     plots = out / "plots"
     images = [
         {"title": f"CR over {a} x {b}", "uri": data_uri(cr_heatmap(episodes, space, (a, b), plots / f"cr_{a}_{b}.png"))}
@@ -159,6 +167,10 @@ def write_eval_report(out: Path, name: str, results: dict, episodes: Sequence[Ep
     images.append(
         {"title": "end reasons", "uri": data_uri(outcome_plot(results["end_reasons"], plots / "end_reasons.png"))}
     )
+    if results.get("funnel"):  # simulators that report the stages the user acknowledged
+        images.append(
+            {"title": "SOP funnel", "uri": data_uri(funnel_plot(results["funnel"], plots / "funnel.png", stages))}
+        )
     tables = [{"caption": "Setup", "headers": [], "rows": setup_rows(results)}]
     tables.append(
         {"caption": "Metrics", "headers": ["metric", "mean", "std", "95% CI", "n"], "rows": summary_rows(results)}
