@@ -2,7 +2,7 @@
 with and without GRPO, on the same held-out dialogues, compared dialogue by dialogue.
 
     .venv/bin/python benchmarks/learning_curve.py [--steps 10] [--warmup-dialogues 192] [--out DIR] [OVERRIDE ...]
-    .venv/bin/python benchmarks/learning_curve.py --report-only   # re-read finished phases, rewrite JSON + PNG
+    .venv/bin/python benchmarks/learning_curve.py --report-only   # re-read finished phases, rewrite JSON, PNG, HTML
     .venv/bin/python benchmarks/learning_curve.py --quick --out /tmp/lc   # the whole pipeline on the tiny model
     .venv/bin/python benchmarks/learning_curve.py --development --out DIR [--warmup-from RUN] [--phases ...]
         # recipe choices are made here: the development seed, results next to DIR, never the held-out set
@@ -22,8 +22,8 @@ adds (grpo_sead_joint against grpo_fixed) is reported whatever it is. A finished
 run with other settings), an interrupted one resumes. An arm measured in an earlier run of the same experiment (its
 results JSON, --earlier) stands in for one not measured in --out, so a run longer than one session can be finished
 elsewhere; an arm measured in both is compared dialogue by dialogue (greedy validation should repeat exactly).
-Extra arguments are Hydra overrides for every phase. Writes learning_curve.json and .png next to this file (--quick:
-into --out).
+Extra arguments are Hydra overrides for every phase. Writes learning_curve.json, .png and .html next to this file
+(--quick: into --out).
 """
 
 from __future__ import annotations
@@ -288,12 +288,22 @@ def arm(run: Path, label: str) -> dict:
         "ci95": list(interval(m, "CR")),
         **user_side,
         "end_reasons": m["end_reasons"],
-        "funnel": m.get("funnel"),  # validations written before the funnel existed have none
+        "funnel": m["funnel"] if "funnel" in m else funnel_of(dialogues),
         "user_simulator": simulator(json.loads(layout.usersim.read_text())),
         "dialogues": str(dialogues),
         "outcomes": outcomes_to_json(validation_outcomes(dialogues)),
         "config": OmegaConf.to_container(OmegaConf.load(layout.config)),
     }
+
+
+def funnel_of(dialogues: Path) -> dict | None:
+    """The SOP funnel of a validation written before its metrics held one, from its dialogues."""
+    from sead.dialogue.episode import Episode
+    from sead.dialogue.rollout_log import read_rollouts
+    from sead.metrics import funnel, reports_stages
+
+    valid = [e for e in map(Episode.from_dict, read_rollouts(dialogues)) if not e.sim_error]
+    return funnel(valid) if reports_stages(valid) else None
 
 
 def outcomes_to_json(outcomes: dict[tuple[int, int], dict]) -> list[list]:
@@ -444,59 +454,114 @@ def target(comparisons: list[dict], steps: list[dict]) -> dict | None:
 
 
 # -- output ------------------------------------------------------------------------------------------------------
-def show(result: dict) -> None:
+def tables(result: dict) -> list[dict]:
+    """The report's tables ({caption, headers, rows} of strings), for the console and the HTML page alike."""
     from sead.run.validation_table import mean_with_ci
 
     h = result["held_out"]
-    arms = Table(title=f"held-out: {h['profiles']} profiles x {h['trials']} trials, seed {h['seed']}, greedy")
-    for col in ("arm", "steps", "CR (Wilson 95%)", "done / n", "CAR (95%)", "ACK (95%)"):
-        arms.add_column(col, justify="left" if col == "arm" else "right")
+    arms = []
     for a in result["arms"].values():
         cr = mean_with_ci(a["CR"], a["ci95"], digits=3)
         car, ack = (mean_with_ci(**a[k], digits=3) for k in ("CAR", "ACK"))
         label = a["label"] + (" (earlier results)" if "from" in a else "")
-        arms.add_row(label, str(a["grpo_steps"]), cr, f"{a['completed']} / {a['n']}", car, ack)
-    console.print(arms)
-    show_where_lost(result["arms"])
-    for name, r in result["repeated"].items():
-        console.print(f"{name}, measured again: {r['ended_otherwise']} of {r['dialogues']} dialogues ended otherwise")
-    pairs = Table(title="paired on the same dialogues: exact McNemar, two-sided")
-    for col in ("a vs b", "pairs", "only a", "only b", "CR gain", "p"):
-        pairs.add_column(col, justify="left" if col == "a vs b" else "right")
-    for c in result["comparisons"]:
-        pairs.add_row(f"{c['a']} vs {c['b']}", *(str(c[k]) for k in ("pairs", "only_a", "only_b")), *gain_and_p(c))
-    console.print(pairs)
-    for name, p in result["phases"].items():
-        minutes = [f"{k.removesuffix('_minutes')} {v:.1f} min" for k, v in p.items() if k.endswith("_minutes") and v]
-        resumed = " (resumed)" if p.get("resumed") else ""
-        resumed += " (earlier results)" if "from" in p else ""
-        console.print(f"phase {name}: {', '.join(minutes) or 'no wall time recorded'}{resumed}, {p['cpu']}")
-    if t := result["target"]:
-        verdict = "[green]met" if t["met"] else "[red]not met"
-        console.print(
-            f"claim, grpo_fixed vs warmup_only: {' points, p = '.join(gain_and_p(t))}, {t['rl_minutes']:.1f} min "
-            f"of RL steps -> target (>= +{t['min_gain_points']:g} points, p < {t['max_p']:g}, <= "
-            f"{t['max_rl_minutes']:g} min) [bold]{verdict}"
-        )
-    if c := result["curriculum"]:
-        console.print(f"what the curriculum adds, grpo_sead_joint vs grpo_fixed: {' points, p = '.join(gain_and_p(c))}")
+        arms.append([label, str(a["grpo_steps"]), cr, f"{a['completed']} / {a['n']}", car, ack])
+    out = [
+        {
+            "caption": f"held-out: {h['profiles']} profiles x {h['trials']} trials, seed {h['seed']}, greedy",
+            "headers": ["arm", "steps", "CR (Wilson 95%)", "done / n", "CAR (95%)", "ACK (95%)"],
+            "rows": arms,
+        }
+    ]
+    if lost := where_lost(result["arms"]):
+        out.append(lost)
+    out.append(
+        {
+            "caption": "paired on the same dialogues: exact McNemar, two-sided",
+            "headers": ["a vs b", "pairs", "only a", "only b", "CR gain", "p"],
+            "rows": [
+                [f"{c['a']} vs {c['b']}", *(str(c[k]) for k in ("pairs", "only_a", "only_b")), *gain_and_p(c)]
+                for c in result["comparisons"]
+            ],
+        }
+    )
+    return out
 
 
-def show_where_lost(arms: dict) -> None:
+def where_lost(arms: dict) -> dict | None:
     """Per arm, the failed dialogues by the SOP stage due when they were lost (with a concern of the user's left
     open / in all): where RL moved calls, not only how many."""
     funnels = {a["label"]: a["funnel"] for a in arms.values() if a.get("funnel")}
     due = sorted({int(k) for f in funnels.values() for k in f["lost"]})
     if not due:
-        return
-    table = Table(title="failed dialogues by the stage due when lost: concern left open / all")
-    table.add_column("arm")
-    for k in due:
-        table.add_column(f"stage {k}", justify="right")
+        return None
+    rows = []
     for label, f in funnels.items():
         cells = [f["lost"].get(str(k), {"concern_open": 0, "no_concern_open": 0}) for k in due]
-        table.add_row(label, *(f"{c['concern_open']} / {c['concern_open'] + c['no_concern_open']}" for c in cells))
-    console.print(table)
+        rows.append([label, *(f"{c['concern_open']} / {c['concern_open'] + c['no_concern_open']}" for c in cells)])
+    return {
+        "caption": "failed dialogues by the stage due when lost: concern left open / all",
+        "headers": ["arm", *(f"stage {k}" for k in due)],
+        "rows": rows,
+    }
+
+
+def findings(result: dict) -> list[str]:
+    """The lines under the tables: repeatability, phase times and CPUs, the claim's verdict, the curriculum."""
+    lines = [
+        f"{name}, measured again: {r['ended_otherwise']} of {r['dialogues']} dialogues ended otherwise"
+        for name, r in result["repeated"].items()
+    ]
+    for name, p in result["phases"].items():
+        minutes = [f"{k.removesuffix('_minutes')} {v:.1f} min" for k, v in p.items() if k.endswith("_minutes") and v]
+        resumed = " (resumed)" if p.get("resumed") else ""
+        resumed += " (earlier results)" if "from" in p else ""
+        lines.append(f"phase {name}: {', '.join(minutes) or 'no wall time recorded'}{resumed}, {p['cpu']}")
+    if t := result["target"]:
+        lines.append(
+            f"claim, grpo_fixed vs warmup_only: {' points, p = '.join(gain_and_p(t))}, {t['rl_minutes']:.1f} min "
+            f"of RL steps -> target (>= +{t['min_gain_points']:g} points, p < {t['max_p']:g}, <= "
+            f"{t['max_rl_minutes']:g} min) {'met' if t['met'] else 'not met'}"
+        )
+    if c := result["curriculum"]:
+        lines.append(f"what the curriculum adds, grpo_sead_joint vs grpo_fixed: {' points, p = '.join(gain_and_p(c))}")
+    return lines
+
+
+def show(result: dict) -> None:
+    for t in tables(result):
+        table = Table(title=t["caption"])
+        for i, col in enumerate(t["headers"]):
+            table.add_column(col, justify="left" if i == 0 else "right")
+        for row in t["rows"]:
+            table.add_row(*row)
+        console.print(table)
+    for line in findings(result):
+        console.print(line, markup=False)
+
+
+def html_report(result: dict, path: Path, figure: Path) -> None:
+    """One self-contained page: the tables, the CR/CAR figure and each arm's SOP funnel (drawn into a temporary
+    folder: the page holds every image)."""
+    import tempfile
+
+    from sead.eval.plots import data_uri, funnel_plot
+    from sead.eval.report import render_page
+
+    images = [{"title": "CR and CAR per arm", "uri": data_uri(figure)}]
+    with tempfile.TemporaryDirectory() as drawn:
+        for name, a in result["arms"].items():
+            if a.get("funnel"):
+                stages = a["config"]["scenario"].get("stages") or ()
+                png = funnel_plot(a["funnel"], Path(drawn) / f"{name}.png", stages)
+                images.append({"title": f"SOP funnel: {a['label']}", "uri": data_uri(png)})
+    h = result["held_out"]
+    render_page(
+        path,
+        title="SEAD learning curve: what RL adds over the warm-up",
+        subtitle=[f"{result['model']} against the scripted user; held-out seed {h['seed']}", *findings(result)],
+        tables=tables(result),
+        images=images,
+    )
 
 
 def gain_and_p(c: dict) -> tuple[str, str]:
@@ -555,7 +620,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profiles", type=int, help=f"held-out profiles ({FULL['profiles']})")
     ap.add_argument("--trials", type=int, help=f"dialogues per held-out profile ({FULL['trials']})")
     ap.add_argument("--out", type=Path, default=Path("outputs/learning_curve_arms"), help="where the phases' runs go")
-    ap.add_argument("--results", type=Path, help="JSON and PNG, without suffix (default: next to this file)")
+    ap.add_argument("--results", type=Path, help="JSON, PNG and HTML, without suffix (default: next to this file)")
     ap.add_argument("--report-only", action="store_true", help="run nothing; report on the phases in --out")
     ap.add_argument(
         "--earlier",
@@ -582,6 +647,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    args.results.parent.mkdir(parents=True, exist_ok=True)  # before any phase runs: a bad path fails now, not after
     if not args.report_only:
         from sead.models.precision import cpu_info
 
@@ -591,10 +657,12 @@ def main(argv: list[str] | None = None) -> None:
             run_phase(args, phase)
     result = collect(args.out, args.earlier)
     json_path, png_path = args.results.with_suffix(".json"), args.results.with_suffix(".png")
+    html_path = args.results.with_suffix(".html")
     json_path.write_text(json.dumps(result, indent=2))
     plot(result, png_path)
+    html_report(result, html_path, png_path)
     show(result)
-    console.print(f"wrote {json_path} and {png_path}")
+    console.print(f"wrote {json_path}, {png_path} and {html_path}")
 
 
 if __name__ == "__main__":

@@ -108,6 +108,13 @@ def concern_open_at_end(ep: Episode) -> bool:
     return bool(reports) and reports[-1].get("active_concern") is not None
 
 
+def reports_stages(valid: Sequence[Episode]) -> bool:
+    """Whether the user-side measures apply to these dialogues (simulator errors left out): their simulator reports
+    the stages it acknowledged, or no user turn happened at all (a user that never heard the agent acknowledged
+    nothing, whatever the simulator: a set of such dialogues, a base model that never writes a <response>, is 0)."""
+    return any(user_reports(e) for e in valid) or not any(e.user_turns for e in valid)
+
+
 def funnel(episodes: Sequence[Episode]) -> dict:
     """The SOP funnel on the user's side. `acknowledged[k]`: dialogues with more than k stages acknowledged
     (k = 0: at least one). `lost[k]`: failed dialogues that ended with k stages acknowledged (stage k was due),
@@ -301,9 +308,8 @@ def compute_metrics(
         "ADT": [turns(e) for e in valid],
         "UPA": [portrait_accuracy(e, space) for e in valid],
     }
-    # The user's own account, where its simulator gives one. A user that never heard the agent acknowledged
-    # nothing, whatever the simulator: a set of such dialogues (a base model that never writes a <response>) is 0.
-    reporting = any(user_reports(e) for e in valid) or not any(e.user_turns for e in valid)
+    # the user's own account, where its simulator gives one
+    reporting = reports_stages(valid)
     per_dialogue["ACK"] = [float(stages_acknowledged(e)) if reporting else None for e in valid]
     per_dialogue["CAR"] = [concerns_answered(e) if reporting else None for e in valid]
     names = {d.name for d in space.dimensions}

@@ -105,6 +105,9 @@ def test_every_phase_of_the_full_run_poses_the_fixed_held_out_set_whatever_the_o
 def test_every_arm_reports_cr_with_its_wilson_ci_and_the_user_side_measures(quick):
     out, result = quick
     assert (out / "learning_curve.png").stat().st_size > 0
+    page = (out / "learning_curve.html").read_text()  # one page: the tables, the figure and a funnel per arm
+    assert all(f"SOP funnel: {a['label']}" in page for a in result["arms"].values())
+    assert page.count("data:image/png;base64,") == 1 + len(result["arms"]) and "exact McNemar" in page
     assert list(result["arms"]) == ["base", "warmup_only", "grpo_fixed", "grpo_sead_joint"]
     for arm in result["arms"].values():
         assert arm["n"] == QUICK_DIALOGUES and arm["ci95"] == wilson_interval(arm["completed"], arm["n"])
@@ -268,3 +271,11 @@ def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick,
         script.collect(later, altered(lambda base: base["user_simulator"]["dynamics"].update(substance_words=0)))
     with pytest.raises(SystemExit, match=r"different user simulators \(one was measured before"):
         script.collect(later, altered(lambda base: base.pop("user_simulator")))
+
+
+def test_the_report_goes_into_a_results_folder_it_creates(script, quick, tmp_path):
+    out, result = quick
+    target = tmp_path / "not" / "there yet" / "lc"  # created before any phase runs, not found missing at the end
+    script.main(["--quick", "--report-only", "--out", str(out), "--results", str(target)])
+    assert json.loads(target.with_suffix(".json").read_text())["arms"].keys() == result["arms"].keys()
+    assert target.with_suffix(".png").is_file() and target.with_suffix(".html").is_file()
