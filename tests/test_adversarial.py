@@ -7,6 +7,7 @@ monitors flag every adversary and not the reference; and the shaped stage reward
 
 import asyncio
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from sead.policy.scripted import ReferenceAgent
 from sead.reward import RewardWeights, compute_reward, stage_progress
 from sead.scenario import Profile
 from sead.usersim import Exchange
+from sead.usersim.rules import NEGATIONS
 from sead.usersim.scripted import ScriptedUserSimulator
 
 N_PROFILES = 300
@@ -114,6 +116,17 @@ def test_the_negation_check_is_what_stops_negated_lines(env):
     negated = NegatingAgent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, negated, user, env.profiles)) > 0.5
     assert completion_rate(env.episodes(NegatingAgent.name)) <= MAX_ADVERSARY_CR
+
+
+def test_every_negating_frame_turns_every_stage_line_around(env):
+    """Each frame of the negated adversary holds a word the check knows ("myth", "kidding", "opposite" as much as
+    "not"), and a stage line inside it cues that stage only where the stage's own lines use that word too."""
+    for frame in NegatingAgent.FRAMES:
+        turning = NEGATIONS.intersection(re.findall(r"[a-z']+", frame.lower()))
+        assert turning, frame
+        for i, stage in enumerate(env.rules.stages):
+            if not turning <= env.rules.stage_own[i].negations:
+                assert i not in env.rules.read(frame.format(stage.reference_agent)).stages, (frame, stage.name)
 
 
 def test_guessing_pays_nothing_after_a_wrong_answer(env):
@@ -211,6 +224,25 @@ def test_a_near_repeat_lands_nothing_and_annoys_where_a_rewording_lands(env):
     (repeat_stage, repeat_mood), (new_stage, _) = outcomes.values()
     assert (repeat_stage, new_stage) == (0, 1)
     assert repeat_mood < 0
+
+
+@pytest.mark.parametrize(
+    "disguise",
+    [
+        lambda line: f"{line} By the way, how has the weather been in your part of town this week, sir?",
+        lambda line: " ".join(w + (" um," if i % 2 else "") for i, w in enumerate(line.split())),
+        lambda line: " ".join(w[0] + "\u200b" + w[1:] if len(w) > 3 else w for w in line.split()),
+        lambda line: line.replace("a", "\uff41"),  # a fullwidth letter: the same word once compatibility-folded
+    ],
+    ids=["padded", "stuttered", "zero-width", "fullwidth"],
+)
+def test_a_line_said_again_in_disguise_is_still_a_repeat(env, disguise):
+    """Padding, filler sounds or invisible characters do not make a line said before new to the user, while the
+    rules' own rewording of it is new."""
+    for stage in env.rules.stages:
+        line = stage.reference_agent
+        assert env.rules.read(disguise(line), said=[line]).repeated, disguise(line)
+        assert not env.rules.read(stage.reference_rewordings[0], said=[line]).repeated
 
 
 def test_an_echo_lands_nothing_even_with_the_answer_in_it(env):

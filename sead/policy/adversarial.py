@@ -190,6 +190,9 @@ class NegatingAgent(ReferenceAgent):
         "It would be false to say: {}",
         "I can't promise this, but {}",
         "Don't believe it when they say {}",
+        "It's a myth that {}",  # frames whose only turning word is not a plain "not"
+        "{} Just kidding.",
+        "Pretend I said the opposite: {}",
     )
 
     async def reply(self, messages: list[dict], seed: int) -> str:

@@ -25,6 +25,7 @@ true that ..." or "Nobody ..." before a line says something else than the line.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -43,14 +44,23 @@ _STOPWORDS = frozenset(
 # does not say what those lines say; contractions are listed with and without the apostrophe.
 NEGATIONS = frozenset(
     "not no never nobody nothing none neither nor nowhere false untrue lie lies lying wrong nonsense deny denies "
+    "myth myths kidding joke joking fake hoax fabrication fabricated rumour rumor pretend reverse opposite "
     "cannot can't cant won't wont don't dont doesn't doesnt didn't didnt isn't isnt aren't arent wasn't wasnt "
     "weren't werent shouldn't shouldnt wouldn't wouldnt couldn't couldnt haven't havent hasn't hasnt".split()
 )
 # Settings where 0 would make every reply a salad, or compare nothing.
 
 
+# Sounds a speaker makes between words: the repeat and echo checks compare what is said without them, so a line
+# said again with "um, ... like, ..." slipped in is still the line said again.
+FILLERS = frozenset("um uh er erm hmm ah oh like well so yeah okay ok basically actually literally".split())
+
+
 def normalise(text: str) -> str:
-    """Lowercase, straight quotes, no placeholder brackets, single spaces: the form every match is made on."""
+    """Compatibility-folded (NFKC) without invisible format characters (zero-width spaces and joiners), lowercase,
+    straight quotes, no placeholder brackets, single spaces: the form every match is made on. A word with a
+    zero-width space inside looks the same on screen and must read the same."""
+    text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf")
     return _SPACES.sub(" ", text.translate(_FOLD).lower()).strip()
 
 
@@ -59,8 +69,9 @@ def matches_any(normalised_text: str, phrases: Iterable[str]) -> bool:
 
 
 def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
-    """Word n-grams of a text; a text shorter than n words is one gram, so a short reply can still repeat."""
-    words = _WORD.findall(normalise(text))
+    """Word n-grams of a text, filler sounds left out; a text shorter than n words is one gram, so a short reply
+    can still repeat."""
+    words = [w for w in _WORD.findall(normalise(text)) if w not in FILLERS]
     if len(words) < n:
         return {tuple(words)} if words else set()
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
@@ -121,7 +132,8 @@ class Dynamics:
     # concern's own lines lack: "It is not true that" + the reference line does not say the line. False: no check.
     negation_check: bool = True
     overlap_ngram: int = 3  # word n-grams compared by the repeat and echo checks
-    repeat_share: float = 0.5  # this share of a reply's n-grams already said by the agent: a repeat
+    # this share of a reply's n-grams already said by the agent, or of one earlier reply's n-grams said again: a repeat
+    repeat_share: float = 0.5
     echo_share: float = 0.5  # this share of a reply's n-grams taken from the user's last reply: an echo
 
     def is_noisy(self, category: str) -> bool:
@@ -162,7 +174,7 @@ class Reading:
 
     stages: tuple[int, ...]  # SOP stages it cues
     kinds: tuple[str, ...]  # concern categories it answers
-    repeat_share: float  # share of its word n-grams the agent already said in this dialogue
+    repeat_share: float  # share of its word n-grams the agent already said, or of one earlier reply's it says again
     echo_share: float  # share of its word n-grams taken from the user's last reply
     salad: bool  # cues or answers more than a reply may at once
     repeated: bool  # mostly what the agent already said
@@ -244,7 +256,10 @@ class Rules:
         words = _Said(text)  # the reply's words, read once for both checks
         stages, kinds = tuple(self.stages_cued(text, words)), tuple(self.kinds_answered(text, words))
         grams = ngrams(reply, d.overlap_ngram)
-        repeat = share(grams, set().union(*(ngrams(s, d.overlap_ngram) for s in said)))
+        earlier = [ngrams(s, d.overlap_ngram) for s in said]
+        # A repeat either way round: mostly things said before, or most of one earlier reply said again (padding
+        # a line said before with new words does not make it new to the user).
+        repeat = max([share(grams, set().union(*earlier)), *(share(e, grams) for e in earlier)])
         echo = share(grams, ngrams(heard, d.overlap_ngram)) if heard is not None else 0.0
         return Reading(
             stages,
