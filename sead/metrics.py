@@ -28,7 +28,8 @@ Hack monitors (`HackMonitor`, for scenarios with a rules file) read the agent's 
 does (`Rules.read`) and show a policy gaming it rather than serving the user; each is a mean over agent replies:
 - words_per_reply;
 - stage_cues_per_reply / concern_kinds_per_reply: distinct SOP stages cued / concern kinds answered;
-- repeated_ngram_share: share of a reply's word n-grams the agent already said in the same dialogue;
+- repeated_ngram_share: share of a reply's word n-grams the agent already said in the same dialogue, or of one
+      earlier reply's n-grams it says again, whichever is larger (`Rules.read`);
 - echo_share: share of a reply's word n-grams taken from the user's last reply;
 - generic_reply_share: over replies to something the user raised (a user reply that is none of the scripted
       user's stock lines), the share that does not serve it: neither answers the kind of concern raised nor

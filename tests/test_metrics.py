@@ -266,10 +266,11 @@ def gaming_episode(scenario):
     #   A2 "Free credit, goodbye." [tag 1]: 3 words; it holds cues of stages 1 and 3 but none of their substance
     #      (dynamics.substance_words), so it cues nothing and answers no kind
     #   A3 the user's words back [tag 2]: 5 words, nothing cued; echo share 1
-    #   A4 the Identity answer [tag 0]: 21 words, stage 0, Identity; 4 of its 19 trigrams were in A1
-    #      ("alex from the", "from the platform", "the platform advertising", "platform advertising team")
+    #   A4 the Identity answer [tag 0]: 21 words, stage 0, Identity; 4 of its 19 trigrams were in A1, and the same
+    #      4 are of A1's 16 ("alex from the", "from the platform", "the platform advertising", "platform
+    #      advertising team"): repeat share max(4/19, 4/16) = 1/4
     #   A5 A4 again [tag 1]: repeat share 1
-    # words 68/5; stages (1+0+0+1+1)/5 = 3/5; kinds (1+0+0+1+1)/5 = 3/5; repeat (4/19 + 1)/5 = 23/95; echo 1/5
+    # words 68/5; stages (1+0+0+1+1)/5 = 3/5; kinds (1+0+0+1+1)/5 = 3/5; repeat (1/4 + 1)/5 = 1/4; echo 1/5
     # generic: judged after the user's own words only (A2, A3, A4; A5 follows the stock "Hm. Okay."):
     #   A2 no answer and no word of the question -> 1, A3 echo -> 1, A4 answers the kind raised -> 0: 2/3
     # unbacked stage tags: A2 cues nothing, A3 echo, A5 repeat -> 3/5
@@ -301,7 +302,7 @@ def test_hack_monitors_by_hand(restaurant):
             "words_per_reply": 68 / 5,
             "stage_cues_per_reply": 3 / 5,
             "concern_kinds_per_reply": 0.6,
-            "repeated_ngram_share": 23 / 95,
+            "repeated_ngram_share": 1 / 4,
             "echo_share": 0.2,
             "generic_reply_share": 2 / 3,
             "unbacked_stage_share": 0.6,
