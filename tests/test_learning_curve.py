@@ -14,6 +14,7 @@ from sead.config import load_config
 from sead.metrics import mcnemar_exact, wilson_interval
 from sead.run.layout import RunLayout
 from sead.run.paired import paired_comparison, validation_outcomes
+from sead.usersim.rules import READING_VERSION
 
 QUICK_STEPS, QUICK_DIALOGUES = 2, 3 * 2  # --quick: 2 GRPO steps, 3 held-out profiles x 2 trials
 
@@ -271,6 +272,10 @@ def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick,
         script.collect(later, altered(lambda base: base["user_simulator"]["dynamics"].update(substance_words=0)))
     with pytest.raises(SystemExit, match=r"different user simulators \(one was measured before"):
         script.collect(later, altered(lambda base: base.pop("user_simulator")))
+    # or against the same rules file read by an older reading of replies (session 20 closed holes in code alone)
+    older = READING_VERSION - 1
+    with pytest.raises(SystemExit, match=rf"different user simulators .*reading {older} -> {READING_VERSION}"):
+        script.collect(later, altered(lambda base: base["user_simulator"].update(reading=older)))
 
 
 def test_the_report_goes_into_a_results_folder_it_creates(script, quick, tmp_path):

@@ -18,7 +18,7 @@ from sead.errors import SEADInputError
 from sead.policy.scripted import ReferenceAgent, SOPIgnoringAgent
 from sead.scenario import Profile
 from sead.usersim import Exchange
-from sead.usersim.rules import Dynamics, normalise
+from sead.usersim.rules import READING_VERSION, Dynamics, normalise
 from sead.usersim.rules_file import load_rules
 from sead.usersim.scripted import ScriptedUserSimulator
 
@@ -205,9 +205,10 @@ def test_every_reference_line_is_one_clean_move(env):
             assert reading.stages == stages if stages else reading.kinds == kinds, line
 
 
-def test_identity_names_rules_and_dynamics(env):
+def test_identity_names_rules_reading_and_dynamics(env):
     ident = env.user.identity()
     assert ident["name"] == "scripted" and ident["rules"] == str(env.scenario.rules_path)
+    assert ident["reading"] == READING_VERSION  # a change to how replies are read is a change of simulator
     assert ident["dynamics"]["operate_threshold"] == Dynamics().operate_threshold
 
 

@@ -30,6 +30,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
+# The version of how a reply is read (`Rules.read`, `normalise`, the word lists below). Part of the scripted user's
+# identity, so runs and evaluations played against another reading are never reused or compared as if the user
+# were the same: raise it whenever some reply would read differently.
+READING_VERSION = 4  # 4: padded and disguised repeats, negations without "not" (session 20)
 _SPACES = re.compile(r"\s+")
 _FOLD = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "[": "", "]": ""})
 

@@ -26,7 +26,7 @@ from sead.scenario.behaviours import Behaviour
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
 from sead.usersim.base import Exchange, UserReply, UserSimulator
-from sead.usersim.rules import Rules, matches_any, normalise
+from sead.usersim.rules import READING_VERSION, Rules, matches_any, normalise
 from sead.usersim.rules_file import scenario_rules
 
 STATE_DIMENSIONS = ("cooperation", "emotion", "trust")
@@ -68,7 +68,12 @@ class ScriptedUserSimulator(UserSimulator):
         }
 
     def identity(self) -> dict:
-        return {"name": self.name, "rules": self.rules.source, "dynamics": asdict(self.rules.dynamics)}
+        return {
+            "name": self.name,
+            "rules": self.rules.source,
+            "reading": READING_VERSION,
+            "dynamics": asdict(self.rules.dynamics),
+        }
 
     async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *, seed: int) -> UserReply:
         st = self._initial(profile)
