@@ -64,7 +64,8 @@ def normalise(text: str) -> str:
     """Compatibility-folded (NFKC) without invisible format characters (zero-width spaces and joiners), lowercase,
     straight quotes, no placeholder brackets, single spaces: the form every match is made on. A word with a
     zero-width space inside looks the same on screen and must read the same."""
-    text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf")
+    if not text.isascii():  # ASCII has no format characters and is its own NFKC form: the common case stays cheap
+        text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf")
     return _SPACES.sub(" ", text.translate(_FOLD).lower()).strip()
 
 
