@@ -2,15 +2,20 @@
 
 Prints wall time / ideal, where ideal is the longest dialogue's sum of agent and user latencies (what a
 perfectly concurrent runner would take; target <= 1.2), and the runner's own work per turn (parsing,
-tokenising, masking) as a share of the turn time (target < 5%). Also the CPU this process and the fake server
-spent: on a machine with busy cores, wall time says more about the neighbours than about the runner, while
-this process's CPU per turn against the ideal time per turn says whether one process can keep up at all.
+tokenising, masking) as a share of the turn time (target < 5%). Also the CPU the runner processes and the fake
+server spent: on a machine with busy cores, wall time says more about the neighbours than about the runner,
+while a runner's CPU per turn against the ideal time per turn says whether one process can keep up at all.
 
 The fake agent answers with token ids, tokenised once per distinct reply, as a sampling backend (vLLM,
-transformers) hands the runner ids it sampled on its own device. The fake simulator is the stdlib server in
-its own process: its CPU shares this machine's cores, which a real simulator (on its own GPUs) would not.
+transformers) hands the runner ids it sampled on its own device. The fake simulator runs in its own process, by
+default the lean one-event-loop server (`--server threaded`: the tests' thread-per-connection server); its CPU
+shares this machine's cores, which a real simulator (on its own GPUs) would not.
+
+`--processes N` deals the dialogues out to N runner processes against the same server, as verl's agent-loop
+workers (`verl.agent_workers`) share a step's trajectories; the CPU and the bound are then summed over them.
 
     .venv/bin/python benchmarks/rollout_concurrency.py [--dialogues 256] [--latency 0.05] [--turns 15]
+        [--processes 1 [2 ...]] [--server lean [threaded]] [--rounds 1] [--out runs.json]
 """
 
 from __future__ import annotations
@@ -18,23 +23,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
+import queue
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.progress import Progress
 
 from sead.config import build_scenario, build_usersim, load_config
 from sead.dialogue import AgentOutput, AgentPolicy, EpisodeJob, RunnerConfig, run_batch
-from sead.models.precision import cpu_info
+from sead.models.precision import cpu_info, cpu_line
 from sead.models.smollm import load_tokenizer
 from sead.scenario import Profile
 
 
 @contextmanager
-def simulator_server(latency: float, finish_after: int):
+def simulator_server(latency: float, finish_after: int, threaded: bool):
     """The fake simulator in its own process, as a real vLLM server would be."""
     proc = subprocess.Popen(
         [
@@ -45,6 +53,7 @@ def simulator_server(latency: float, finish_after: int):
             str(latency),
             "--finish-after",
             str(finish_after),
+            *(["--threaded"] if threaded else []),
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -84,84 +93,184 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dialogues", type=int, default=256)
-    ap.add_argument("--latency", type=float, default=0.05, help="seconds, for the user server and for the agent")
-    ap.add_argument("--turns", type=int, default=15)
-    args = ap.parse_args()
-
+def play_share(dialogues: range, url: str, args, start, progress) -> None:
+    """One runner process: its share of the dialogues, with its own event loop, agent and simulator client, as
+    each of verl's agent-loop workers runs its share. Sets up, says "ready" and waits for `start`, plays, and
+    puts one None per finished dialogue and then its figures on `progress`."""
     scenario = build_scenario(load_config([]))
     tok = load_tokenizer()
     agent = FixedLatencyAgent(tok, scenario, args.latency)
+    user = build_usersim(
+        load_config(["usersim=openai", f"usersim.base_urls=[{url}]", "usersim.model=fake-user-sim"]), scenario
+    )
     jobs = [
         EpisodeJob(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), seed=i, episode_id=str(i))
-        for i in range(args.dialogues)
+        for i in dialogues
     ]
-    cfg = RunnerConfig(max_turns=args.turns, concurrency=args.dialogues, user_timeout=30.0)
-    # The user finishes one turn before the limit, so every dialogue has turns-1 user calls.
-    with simulator_server(args.latency, args.turns - 1) as (url, server_pid), Progress() as progress:
-        user = build_usersim(
-            load_config(["usersim=openai", f"usersim.base_urls=[{url}]", "usersim.model=fake-user-sim"]), scenario
-        )
-        bar = progress.add_task("dialogues", total=len(jobs))
+    cfg = RunnerConfig(max_turns=args.turns, concurrency=len(jobs), user_timeout=30.0)
 
-        async def go():
+    async def go():
+        try:
+            return await run_batch(
+                jobs,
+                scenario=scenario,
+                agent=agent,
+                user=user,
+                tokenizer=tok,
+                cfg=cfg,
+                on_done=lambda ep: progress.put(None),
+            )
+        finally:
+            await user.aclose()
+
+    progress.put("ready")
+    start.wait()
+    t0, cpu0 = time.monotonic(), time.process_time()  # CLOCK_MONOTONIC: one clock for every process
+    episodes = asyncio.run(go())
+    t1, cpu = time.monotonic(), time.process_time() - cpu0
+    progress.put(
+        {
+            "start": t0,
+            "end": t1,
+            "cpu_s": cpu,
+            "turns": [len(e.turns) for e in episodes],
+            "user_calls": [sum(t.user is not None for t in e.turns) for e in episodes],
+            "runner_s": sum(e.meta["timing"]["runner_s"] for e in episodes),
+            "turn_s": sum(e.meta["timing"]["total_s"] for e in episodes),
+            "end_reasons": sorted({e.end_reason for e in episodes}),
+        }
+    )
+
+
+def play(args, url: str, processes: int) -> list[dict]:
+    """Every runner process's figures; the dialogues dealt out in contiguous shares. All start together once
+    every runner is set up; one that dies stops the benchmark with an error instead of a wait."""
+    ctx = multiprocessing.get_context("fork")  # the shares start from this process's imports, not anew
+    start, progress = ctx.Event(), ctx.Queue()
+    bounds = [round(k * args.dialogues / processes) for k in range(processes + 1)]
+    runners = [
+        ctx.Process(target=play_share, args=(range(a, b), url, args, start, progress), daemon=True)
+        for a, b in zip(bounds, bounds[1:])
+    ]
+
+    def next_message():
+        while True:
             try:
-                return await run_batch(
-                    jobs,
-                    scenario=scenario,
-                    agent=agent,
-                    user=user,
-                    tokenizer=tok,
-                    cfg=cfg,
-                    on_done=lambda ep: progress.advance(bar),
-                )
-            finally:
-                await user.aclose()
+                return progress.get(timeout=1.0)
+            except queue.Empty:
+                if dead := [r.pid for r in runners if not r.is_alive()]:
+                    raise RuntimeError(f"runner process(es) {dead} died; the error is printed above") from None
 
+    try:
+        for r in runners:
+            r.start()
+        for _ in runners:
+            next_message()  # "ready"
+        start.set()
+        figures = []
+        with Progress() as bar:
+            task = bar.add_task("dialogues", total=args.dialogues)
+            while len(figures) < len(runners):
+                message = next_message()
+                if message is None:
+                    bar.advance(task)
+                else:
+                    figures.append(message)
+        return figures
+    finally:
+        for r in (r for r in runners if r.pid is not None):
+            r.join(timeout=5)  # with their figures sent, runners exit at once; after an error they wait for start
+            if r.is_alive():
+                r.terminate()
+                r.join()
+
+
+def measure(args, server: str, processes: int) -> dict:
+    """One run: every dialogue, `processes` runner processes, against a fresh fake simulator of kind `server`."""
+    # The user finishes one turn before the limit, so every dialogue has turns-1 user calls.
+    with simulator_server(args.latency, args.turns - 1, server == "threaded") as (url, server_pid):
         load_before = round(os.getloadavg()[0], 2)
-        server_cpu0, t0, cpu0 = process_cpu_s(server_pid), time.perf_counter(), time.process_time()
-        episodes = asyncio.run(go())
-        wall, client_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        server_cpu0 = process_cpu_s(server_pid)
+        figures = play(args, url, processes)
         server_cpu = process_cpu_s(server_pid) - server_cpu0
-    turns = [len(e.turns) for e in episodes]
-    user_calls = [sum(t.user is not None for t in e.turns) for e in episodes]
+    turns = [t for f in figures for t in f["turns"]]
+    user_calls = [u for f in figures for u in f["user_calls"]]
+    wall = max(f["end"] for f in figures) - min(f["start"] for f in figures)
+    client_cpu = sum(f["cpu_s"] for f in figures)
     ideal = max(t * args.latency + u * args.latency for t, u in zip(turns, user_calls))
-    runner_s = sum(e.meta["timing"]["runner_s"] for e in episodes)
-    turn_time = sum(e.meta["timing"]["total_s"] for e in episodes) / sum(turns)
-    overhead = runner_s / sum(turns) / turn_time
-    client_ms, ideal_ms = 1000 * client_cpu / sum(turns), 1000 * ideal / sum(turns)
-    result = {
-        "cpu": cpu_info()["model"],
-        "cpus": os.cpu_count(),
+    runner_s = sum(f["runner_s"] for f in figures)
+    turn_time = sum(f["turn_s"] for f in figures) / sum(turns)
+    return {
         "load_avg_1min_before": load_before,
-        "dialogues": len(episodes),
+        "dialogues": len(turns),
+        "runner_processes": processes,
+        "server": server,
         "turns_total": sum(turns),
         "wall_s": round(wall, 3),
         "ideal_s": round(ideal, 3),
         "wall_over_ideal": round(wall / ideal, 3),
         "runner_ms_per_turn": round(1000 * runner_s / sum(turns), 3),
-        "runner_overhead_pct_of_turn": round(100 * overhead, 2),
-        "end_reasons": sorted({e.end_reason for e in episodes}),
-        # Where the CPU went: this process (runner, fake agent, HTTP client) and the fake server, which
+        "runner_overhead_pct_of_turn": round(100 * runner_s / sum(turns) / turn_time, 2),
+        "end_reasons": sorted({r for f in figures for r in f["end_reasons"]}),
+        # Where the CPU went: the runner processes (runner, fake agent, HTTP client) and the fake server, which
         # shares the machine's cores (a real simulator runs on its own GPUs).
-        "client_cpu_ms_per_turn": round(client_ms, 3),
-        "client_cpu_over_ideal": round(client_cpu / ideal, 3),
+        "client_cpu_ms_per_turn": round(1000 * client_cpu / sum(turns), 3),
+        # A perfectly concurrent run leaves each runner process this much of its own core per turn.
+        "cpu_budget_ms_per_turn_per_process": round(1000 * ideal * processes / sum(turns), 3),
         "server_cpu_ms_per_user_call": round(1000 * server_cpu / max(1, sum(user_calls)), 3),
     }
-    print(json.dumps(result, indent=2))
-    print(
-        f"wall/ideal = {wall / ideal:.3f} (target <= 1.2) on {result['cpu']} x {result['cpus']}, 1-min load "
-        f"{load_before} before the run; a perfectly concurrent run on one core needs at most {ideal_ms:.2f} ms of "
-        f"CPU per turn, this process spent {client_ms:.2f} (so on an idle core it could reach "
-        f"{max(1.0, client_cpu / ideal):.2f} x ideal)"
+
+
+def summary(run: dict) -> str:
+    return (
+        f"{run['server']} server, {run['runner_processes']} runner process(es): wall/ideal "
+        f"{run['wall_over_ideal']:.3f} (target <= 1.2; 1-min load {run['load_avg_1min_before']} before); runners' "
+        f"CPU {run['client_cpu_ms_per_turn']:.2f} ms per turn (each has {run['cpu_budget_ms_per_turn_per_process']:.2f}"
+        f" of its core per turn in a perfectly concurrent run), their own work {run['runner_ms_per_turn']:.2f} ms "
+        f"({run['runner_overhead_pct_of_turn']:.2f} % of a turn, target < 5 %); the fake simulator's CPU "
+        f"{run['server_cpu_ms_per_user_call']:.2f} ms per call on these cores (a real one runs on its own)"
     )
-    print(f"runner overhead = {100 * overhead:.2f}% of turn time (target < 5%)")
-    print(
-        f"the fake simulator spent {result['server_cpu_ms_per_user_call']:.2f} ms of CPU per call on these same "
-        "cores; a real simulator runs on its own GPUs and cores"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dialogues", type=int, default=256)
+    ap.add_argument("--latency", type=float, default=0.05, help="seconds, for the user server and for the agent")
+    ap.add_argument("--turns", type=int, default=15)
+    ap.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="runner processes sharing the dialogues (verl's agent workers); several values are measured side by side",
     )
+    ap.add_argument(
+        "--server",
+        choices=("lean", "threaded"),
+        nargs="+",
+        default=["lean"],
+        help="the fake simulator: one event loop (lean) or FakeOpenAIServer's thread per connection, which costs "
+        "these cores about 0.3 ms a call; several are measured side by side",
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="each setting this many times, interleaved")
+    ap.add_argument("--out", type=Path, help="write every run's figures here as JSON")
+    args = ap.parse_args(argv)
+    if not all(1 <= p <= args.dialogues for p in args.processes):
+        ap.error(f"--processes must be between 1 and --dialogues ({args.dialogues}), got {args.processes}")
+
+    cpu = cpu_info()
+    print(f"{cpu_line(cpu)}; {args.dialogues} dialogues x {args.latency * 1000:.0f} ms for the agent and the user")
+    runs = []
+    for _ in range(args.rounds):
+        for server in args.server:
+            for processes in args.processes:
+                run = measure(args, server, processes)
+                runs.append(run)
+                print(summary(run))
+    result = {"cpu": cpu, "latency_s": args.latency, "turns": args.turns, "runs": runs}
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+    return result
 
 
 if __name__ == "__main__":
