@@ -47,8 +47,8 @@ def simulator_server(latency: float, finish_after: int, threaded: bool):
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "sead.testing.fake_openai_server",
+            "-c",  # not -m: sead.testing imports the module first, and runpy would warn about running it again
+            "from sead.testing.fake_openai_server import main; main()",
             "--latency",
             str(latency),
             "--finish-after",
