@@ -99,6 +99,19 @@ async def test_a_request_in_pieces_is_answered_once_after_the_latency_and_a_fail
         server.close()
 
 
+@pytest.mark.asyncio
+async def test_a_request_it_cannot_read_gets_400_and_the_connection_closes():
+    server = await serve_lean(scripted_user_turn(), latency=0.0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        writer.write(b"NONSENSE\r\nContent-Length: x\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 5)  # to the end: the server closes the connection
+        assert answer.startswith(b"HTTP/1.1 400") and b"cannot read the request" in answer
+        writer.close()
+    finally:
+        server.close()
+
+
 def test_several_runner_processes_play_every_dialogue_to_its_end_against_either_server(tmp_path, capsys):
     module = load_benchmark("rollout_concurrency")
     argv = ["--dialogues", "6", "--latency", "0.01", "--turns", "4", "--processes", "1", "2"]

@@ -237,12 +237,12 @@ def _completion(body: dict, content: str, model: str) -> dict:
 
 
 class _LeanHTTP(asyncio.Protocol):
-    """One keep-alive connection of `serve_lean`: requests with a Content-Length body, answered in order."""
+    """One keep-alive connection of `serve_lean`: requests with a Content-Length body, answered in order. A
+    request it cannot read gets a 400 and the connection is closed."""
 
     def __init__(self, responder: Responder, model: str, latency: float):
         self.responder, self.model, self.latency = responder, model, latency
         self.buf = bytearray()
-        self.pending = 0  # answers not yet written; HTTP/1.1 without pipelining has at most one
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport) -> None:
@@ -253,12 +253,18 @@ class _LeanHTTP(asyncio.Protocol):
         self.buf += data
         while (end := self.buf.find(b"\r\n\r\n")) >= 0:
             head = self.buf[:end].decode("latin-1").split("\r\n")
-            length = next((int(h.split(":", 1)[1]) for h in head[1:] if h.lower().startswith("content-length:")), 0)
+            try:
+                method, path, _ = head[0].split(" ")
+                lengths = [int(h.split(":", 1)[1]) for h in head[1:] if h.lower().startswith("content-length:")]
+            except ValueError:
+                self._write(400, {"error": {"message": f"cannot read the request {head[0][:80]!r}"}})
+                self.transport.close()
+                return
+            length = lengths[0] if lengths else 0
             if len(self.buf) < end + 4 + length:
                 return  # the body is still on its way
             body = bytes(self.buf[end + 4 : end + 4 + length])
             del self.buf[: end + 4 + length]
-            method, path = head[0].split(" ")[:2]
             status, payload = self._answer(method, path.rstrip("/"), body)
             asyncio.get_running_loop().call_later(self.latency, self._write, status, payload)
 
