@@ -158,7 +158,8 @@ def play(args, url: str, processes: int) -> list[dict]:
             try:
                 return progress.get(timeout=1.0)
             except queue.Empty:
-                if dead := [r.pid for r in runners if not r.is_alive()]:
+                # exit code 0: a runner that sent its figures and ended while the others still play
+                if dead := [r.pid for r in runners if r.exitcode not in (None, 0)]:
                     raise RuntimeError(f"runner process(es) {dead} died; the error is printed above") from None
 
     try:
