@@ -13,8 +13,13 @@ the runner's ChatTokens), greedy, end-of-turn never stopping a row. Prefill and 
 every forward call (decode = the last new-tokens - 1 forwards, one token per row each, and what runs between).
 
     .venv/bin/python benchmarks/roofline.py [--rows 1 8 32 64 128] [--dtypes float32 bfloat16] [--new-tokens 32]
-        [--model smollm2|/hf/folder] [--device cpu|cuda] [--random-weights] [--quick]
+        [--model smollm2|/hf/folder] [--device cpu|cuda] [--random-weights] [--llama-cpp] [--quick]
         [--out benchmarks/roofline.json]  (a PNG is written beside it)
+
+`--llama-cpp` also measures what a CPU user would reach for instead: one llama.cpp stream (llama-cpp-python,
+`pip install -r requirements_peers.txt`, which builds llama.cpp) decoding the same first prompt greedily from the
+packaged GGUF (the Q4_1 file SEAD's CPU model is converted from) on as many threads as torch uses; every decode
+figure is then also given as a multiple of that stream.
 
 With `--device cuda` the same run measures a GPU: its memory bandwidth and matmul rate, SEAD's sampling and
 training forward + backward on it (every clock read waits for the GPU). `--random-weights` keeps the model's
@@ -204,6 +209,86 @@ def split_timing(model, run, steps: int, repeats: int, budget_s: float = 20.0) -
     return best
 
 
+# -- the peer: one llama.cpp stream ------------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+LLAMA_CPP_PIN = "requirements_peers.txt"  # in REPO
+PEER_TARGET, PEER_TARGET_ROWS = 4.0, 32  # issue 17: batched generation at >= 32 rows >= 4x one llama.cpp stream
+
+
+def llama_cpp_class():
+    """llama-cpp-python's `Llama`, or an exit that says how to install it (a build of llama.cpp, minutes)."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        raise SystemExit(
+            f"--llama-cpp needs llama-cpp-python: .venv/bin/python -m pip install -r {LLAMA_CPP_PIN} "
+            "(it compiles llama.cpp; several minutes on 2 cores)"
+        ) from None
+    return Llama
+
+
+def llama_cpp_stream(
+    gguf: Path, prompt: list[int], new: int, threads: int, repeats: int, flash_attn: bool = False
+) -> dict:
+    """One greedy stream: the prompt's ids (SmolLM2's vocabulary, the GGUF's own) evaluated in one batch, then
+    `new` tokens sampled one forward each, never stopping early. Prefill = until the first token, decode = the
+    `new` - 1 tokens after it; best of `repeats`. Each repeat starts from an empty cache (`reset`), so no prefix is
+    reused. `flash_attn`: llama.cpp's fused attention (off by default in llama-cpp-python)."""
+    llm = llama_cpp_class()(
+        model_path=str(gguf),
+        n_ctx=len(prompt) + new + 8,
+        n_batch=512,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+        flash_attn=flash_attn,
+    )
+    best = None
+    for _ in range(repeats):
+        llm.reset()
+        tokens = llm.generate(prompt, temp=0.0, reset=True)
+        t0 = time.perf_counter()
+        next(tokens)
+        t1 = time.perf_counter()
+        for _ in range(new - 1):
+            next(tokens)
+        t2 = time.perf_counter()
+        tokens.close()
+        if best is None or t2 - t0 < best["prefill_s"] + best["decode_s"]:
+            best = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
+    return {
+        "gguf": gguf.name,
+        "version": llama_cpp_version(),
+        "threads": threads,
+        "flash_attn": flash_attn,
+        "prompt_tokens": len(prompt),
+        "new_tokens": new,
+        **best,
+        "decode_tok_s": (new - 1) / best["decode_s"],
+        "prompt_tok_s": len(prompt) / best["prefill_s"],
+    }
+
+
+def fastest_llama_cpp_stream(gguf: Path, prompt: list[int], new: int, threads: int, repeats: int) -> dict:
+    """The peer at its best for this workload: llama.cpp's attention with and without its fused kernel, the faster
+    decode kept (the other's figures beside it)."""
+    tried = [llama_cpp_stream(gguf, prompt, new, threads, repeats, flash_attn=fa) for fa in (False, True)]
+    best = max(tried, key=lambda t: t["decode_tok_s"])
+    return {**best, "tried": [{k: t[k] for k in ("flash_attn", "decode_tok_s", "prompt_tok_s")} for t in tried]}
+
+
+def against_peer(run: dict, peer: dict) -> None:
+    """Each arm's decode rate at this row count as a multiple of the one llama.cpp stream."""
+    for name in ARMS:
+        run["decode"][name]["x_llama_cpp"] = run["decode"][name]["tok_s"] / peer["decode_tok_s"]
+
+
+def llama_cpp_version() -> str:
+    from importlib.metadata import version
+
+    return version("llama-cpp-python")
+
+
 def row_prompts(tok, sop: str, rows: int) -> list[list[int]]:
     """The SOP prompt in the chat template, the agent's opening and a different user reply per row, as the
     episode runner renders them."""
@@ -377,6 +462,16 @@ def print_tables(result: dict) -> None:
     ]
     columns = ("dtype", "rows", "tokens", "s", "tok/s", "roofline tok/s", "GFLOP/s (x matmul)")
     console.print(add_rows(Table(title="training forward + backward", title_justify="left"), columns, train))
+    if peer := result.get("llama_cpp"):
+        title = (
+            f"decode tok/s against one llama.cpp stream ({peer['decode_tok_s']:,.1f} tok/s, {peer['gguf']}, "
+            f"{peer['threads']} threads); target: >= {PEER_TARGET:g}x at >= {PEER_TARGET_ROWS} rows"
+        )
+        against = [
+            [r["dtype"], str(r["rows"])] + [fx(r["decode"][k]["tok_s"], r["decode"][k]["x_llama_cpp"]) for k in ARMS]
+            for r in runs
+        ]
+        console.print(add_rows(Table(title=title, title_justify="left"), ("dtype", "rows", *ARMS), against))
 
 
 def plot(result: dict, path: Path) -> None:
@@ -392,6 +487,11 @@ def plot(result: dict, path: Path) -> None:
         rows = [r["rows"] for r in runs]
         for key, label, style in CURVES:
             ax.plot(rows, [r["decode"][key]["tok_s"] for r in runs], style, label=label)
+        if peer := result.get("llama_cpp"):
+            ax.axhline(peer["decode_tok_s"], color="tab:red", lw=1, label="one llama.cpp stream")
+            ax.axhline(
+                PEER_TARGET * peer["decode_tok_s"], color="tab:red", lw=1, ls=":", label=f"{PEER_TARGET:g}x that"
+            )
         ax.set_xscale("log", base=2)
         ax.set_xticks(rows, [str(n) for n in rows])
         ax.set_yscale("log")
@@ -422,6 +522,9 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="--model's architecture and tokenizer with random weights (for a machine its weights cannot reach)",
     )
+    ap.add_argument(
+        "--llama-cpp", action="store_true", help="also one llama.cpp stream on the packaged GGUF, the CPU peer"
+    )
     ap.add_argument("--quick", action="store_true", help="smoke test: rows 1 and 8, 8 tokens, small probes")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("roofline.json"))
     args = ap.parse_args(argv)
@@ -434,6 +537,10 @@ def main(argv: list[str] | None = None) -> dict:
     if device.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no GPU on this machine")
     gpu = device.type == "cuda"
+    if args.llama_cpp:
+        if args.model != "smollm2" or args.random_weights:
+            ap.error("--llama-cpp runs the packaged GGUF: compare it with --model smollm2 (its own weights)")
+        llama_cpp_class()  # missing: said now, not after the measurements
     matmul_n, mib = (512, 64) if args.quick else ((8192, 4096) if gpu else (2048, 1024))
     torch.manual_seed(0)
 
@@ -444,7 +551,20 @@ def main(argv: list[str] | None = None) -> dict:
     probes = [probe_machine(args.dtypes, matmul_n, mib, device)]  # again at the end: the limit is the best seen
     sop = build_scenario(load_config([])).agent_system_prompt()
     model_path = random_weights_folder(source_folder(args.model)) if args.random_weights else None
-    runs, training = [], []
+    runs, training, peer = [], [], None
+    if args.llama_cpp:
+        from sead.models.smollm import load_tokenizer, locate_gguf
+
+        tok = load_tokenizer()  # the GGUF's own vocabulary, as SEAD reads it
+        with console.status("one llama.cpp stream"):
+            peer = fastest_llama_cpp_stream(
+                locate_gguf(), row_prompts(tok, sop, 1)[0], new, torch.get_num_threads(), repeats
+            )
+        console.print(
+            f"llama.cpp {peer['version']}, one stream, {peer['threads']} threads, flash attention "
+            f"{'on' if peer['flash_attn'] else 'off'} (the faster): decode {peer['decode_tok_s']:.1f} "
+            f"tok/s, prompt {peer['prompt_tok_s']:.0f} tok/s ({peer['prompt_tokens']} tokens)"
+        )
     with progress_bar(console) as progress:
         task = progress.add_task("measuring", total=len(args.dtypes) * (sum(r + 4 for r in rows) + 8))
         for dtype in args.dtypes:
@@ -482,6 +602,8 @@ def main(argv: list[str] | None = None) -> dict:
     machine["matmul_gflop_s"] = {d: max(p["matmul_gflop_s"][d] for p in probes) for d in args.dtypes}
     for run in runs:
         score_rows(run, machine["bandwidth_gb_s"], machine["matmul_gflop_s"][run["dtype"]])
+        if peer:
+            against_peer(run, peer)
     for t in training:
         score_training(t, machine["matmul_gflop_s"][t["dtype"]])
     result = {
@@ -494,6 +616,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "runs": runs,
         "training": training,
+        "llama_cpp": peer,
     }
     console.print(f"[bold]{machine_line(machine)}[/]")
     print_tables(result)

@@ -80,3 +80,81 @@ def test_a_gpu_run_on_a_machine_without_one_says_so(tiny_model_dir, monkeypatch,
     with pytest.raises(SystemExit):
         load_benchmark("roofline").main(["--quick", "--device", "cuda", "--model", str(tiny_model_dir)])
     assert "torch sees no GPU" in capsys.readouterr().err
+
+
+class FakeLlama:
+    """llama-cpp-python's `Llama` as roofline.py uses it (0.3.36: the constructor's keywords, `reset`, `generate`
+    yielding one id per forward and never stopping by itself); records what it was asked."""
+
+    made: list = []
+
+    def __init__(self, **kw):
+        self.kw, self.resets, self.prompts, self.pulled = kw, 0, [], 0
+        FakeLlama.made.append(self)
+
+    def reset(self):
+        self.resets += 1
+
+    def generate(self, tokens, temp, reset):
+        assert temp == 0.0 and reset
+        self.prompts.append(list(tokens))
+        while True:
+            self.pulled += 1
+            yield 7
+
+
+def test_one_llama_cpp_stream_is_greedy_from_an_empty_cache_and_never_stops_early(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    roofline = load_benchmark("roofline")
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
+    monkeypatch.setattr(roofline, "llama_cpp_version", lambda: "0.3.36")
+    FakeLlama.made.clear()
+    gguf = tmp_path / "m.gguf"
+    peer = roofline.llama_cpp_stream(gguf, [1, 2, 3, 4], new=6, threads=2, repeats=3)
+
+    (llm,) = FakeLlama.made
+    assert llm.kw["model_path"] == str(gguf) and llm.kw["n_threads"] == llm.kw["n_threads_batch"] == 2
+    assert llm.kw["n_ctx"] >= 4 + 6 and llm.kw["verbose"] is False and llm.kw["flash_attn"] is False
+    assert llm.resets == 3 and llm.prompts == [[1, 2, 3, 4]] * 3  # every repeat from an empty cache
+    assert llm.pulled == 3 * 6  # `new` tokens each: the first (after the prompt) and new - 1 decoded
+    assert peer["new_tokens"] == 6 and peer["prompt_tokens"] == 4 and peer["threads"] == 2
+    assert positive(peer["decode_tok_s"]) and positive(peer["prompt_tok_s"])
+    assert math.isclose(peer["decode_tok_s"], 5 / peer["decode_s"])
+
+
+def test_the_peer_is_llama_cpp_at_its_faster_attention(monkeypatch):
+    roofline = load_benchmark("roofline")
+    rates = {False: 80.0, True: 95.0}
+    monkeypatch.setattr(
+        roofline,
+        "llama_cpp_stream",
+        lambda *a, flash_attn: {"flash_attn": flash_attn, "decode_tok_s": rates[flash_attn], "prompt_tok_s": 1.0},
+    )
+    peer = roofline.fastest_llama_cpp_stream(None, [1], 4, 2, 1)
+    assert peer["flash_attn"] is True and peer["decode_tok_s"] == 95.0
+    assert [t["decode_tok_s"] for t in peer["tried"]] == [80.0, 95.0]
+
+
+def test_decode_rates_are_set_against_the_llama_cpp_stream():
+    roofline = load_benchmark("roofline")
+    run = {"decode": {"sead": {"tok_s": 600.0}, "sead_unpacked": {"tok_s": 300.0}, "generate": {"tok_s": 30.0}}}
+    roofline.against_peer(run, {"decode_tok_s": 150.0})
+    assert [run["decode"][k]["x_llama_cpp"] for k in roofline.ARMS] == [4.0, 2.0, 0.2]
+
+
+def test_llama_cpp_missing_or_against_another_model_is_named(monkeypatch, tiny_model_dir, capsys):
+    import sys
+
+    import pytest
+
+    roofline = load_benchmark("roofline")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import fails as if not installed
+    with pytest.raises(SystemExit, match="requirements_peers.txt"):
+        roofline.main(["--quick", "--llama-cpp"])
+    with pytest.raises(SystemExit):
+        roofline.main(["--quick", "--llama-cpp", "--model", str(tiny_model_dir)])
+    assert "compare it with --model smollm2" in capsys.readouterr().err
+    pin = (roofline.REPO / roofline.LLAMA_CPP_PIN).read_text()
+    assert "llama-cpp-python==0.3.36" in pin  # the version whose API the fake above mirrors
