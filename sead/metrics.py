@@ -36,9 +36,13 @@ does (`Rules.read`) and show a policy gaming it rather than serving the user; ea
       shares a content word with it, or is a salad, a repeat or an echo (None when no user raised anything);
 - unbacked_stage_share: over replies with a `<stage>` tag, the share whose words do not back it: they neither
       cue that stage nor answer a concern, or are a salad, a repeat or an echo (tags alone move no user, and
-      SCR reads the tags).
+      SCR reads the tags);
+- word_bag_share: the share of replies with fewer than MIN_FUNCTION_WORDS function words (articles, pronouns,
+      auxiliaries, prepositions, conjunctions): a cue phrase and a few of its line's words with the grammar
+      dropped ("Legitimate restaurants fair understand."). The scripted user matches words, not sentences, and
+      takes such a reply as the line it was cut from; this shows a policy drifting there.
 `flagged` names those past their limit: the scripted user's own per-reply limits (the rules' `dynamics`: the
-reply length, stages and kinds per reply, repeat and echo shares) and, for the last two, SHARE_LIMIT.
+reply length, stages and kinds per reply, repeat and echo shares) and, for the last three, SHARE_LIMIT.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ import numpy as np
 
 from sead.dialogue.episode import USER_REPORTS, Episode
 from sead.scenario.profile_space import ProfileSpace
-from sead.usersim.rules import Reading, Rules, content_words, normalise, voiced_kinds
+from sead.usersim.rules import Reading, Rules, content_words, normalise, voiced_kinds, words_of
 from sead.usersim.rules_file import scenario_rules
 
 STATE_CHANGE_METRICS = {"EI": "emotion", "TI": "trust", "CI": "cooperation"}
@@ -60,6 +64,20 @@ TOKEN_COMPONENTS = ("agent", "user")
 # Half the replies ignoring what the user raised, or half the stage tags claimed without the words: a policy that
 # talks past its users or games the tags.
 SHARE_LIMIT = 0.5
+# The glue of an English sentence. Every reference line of the shipped scenarios holds at least three, as a reply
+# to a user does; one with fewer reads as a bag of words (a share of such replies is what the monitor flags).
+FUNCTION_WORDS = frozenset(
+    "a an the this that these those to of in on at for with from by as about into after before and or but if so "
+    "because than then is are was were be been am do does did has have had will would can could should may might "
+    "must shall it its it's i i'm i'll i've me my we we'll we're we've us our you you're you'll your he she they "
+    "them their there there's here that's what's let's what which who how when where all any some each no not "
+    "don't can't won't isn't".split()
+)
+MIN_FUNCTION_WORDS = 3
+
+
+def function_words(reply: str) -> int:
+    return sum(w in FUNCTION_WORDS for w in words_of(reply))
 
 
 def completion(ep: Episode) -> float:
@@ -242,6 +260,7 @@ class HackMonitor:
             "concern_kinds_per_reply": [],
             "repeated_ngram_share": [],
             "echo_share": [],
+            "word_bag_share": [],
         }
         generic: list[float] = []
         unbacked: list[float] = []
@@ -257,6 +276,7 @@ class HackMonitor:
                     per_reply["concern_kinds_per_reply"].append(len(reading.kinds))
                     per_reply["repeated_ngram_share"].append(reading.repeat_share)
                     per_reply["echo_share"].append(reading.echo_share)
+                    per_reply["word_bag_share"].append(float(function_words(reply) < MIN_FUNCTION_WORDS))
                     if heard is not None and normalise(heard) not in self.rules.canned_user_lines:
                         generic.append(0.0 if self._serves(reply, reading, heard) else 1.0)
                     if t.agent.stage is not None:
@@ -289,6 +309,7 @@ class HackMonitor:
             "echo_share": d.echo_share,
             "generic_reply_share": SHARE_LIMIT,
             "unbacked_stage_share": SHARE_LIMIT,
+            "word_bag_share": SHARE_LIMIT,
         }
 
 

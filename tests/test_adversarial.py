@@ -7,7 +7,6 @@ monitors flag every adversary and not the reference; and the shaped stage reward
 
 import asyncio
 import dataclasses
-import re
 
 import numpy as np
 import pytest
@@ -16,8 +15,10 @@ from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scena
 from sead.metrics import HackMonitor, concerns_answered, stages_acknowledged
 from sead.policy.adversarial import (
     ADVERSARIAL_AGENTS,
+    KNOWN_LIMITS,
     BarePhrasesAgent,
     BlindReferenceAgent,
+    DisowningAgent,
     EchoAgent,
     GuessingAgent,
     KeywordSaladAgent,
@@ -28,7 +29,7 @@ from sead.policy.scripted import ReferenceAgent
 from sead.reward import RewardWeights, compute_reward, stage_progress
 from sead.scenario import Profile
 from sead.usersim import Exchange
-from sead.usersim.rules import NEGATIONS
+from sead.usersim.rules import negations
 from sead.usersim.scripted import ScriptedUserSimulator
 
 N_PROFILES = 300
@@ -53,7 +54,7 @@ class Env:
 
     def episodes(self, name):
         if name not in self.played:
-            agent = ReferenceAgent if name == "reference" else ADVERSARIAL_AGENTS[name]
+            agent = ReferenceAgent if name == "reference" else {**ADVERSARIAL_AGENTS, **KNOWN_LIMITS}[name]
             self.played[name] = play(self.scenario, agent(self.scenario, StubTokenizer()), self.user, self.profiles)
         return self.played[name]
 
@@ -109,24 +110,27 @@ def test_the_substance_rule_is_what_stops_bare_phrases(env):
     assert completion_rate(env.episodes(BarePhrasesAgent.name)) <= MAX_ADVERSARY_CR
 
 
-def test_the_negation_check_is_what_stops_negated_lines(env):
-    """The reference agent's lines turned around ("It is not true that ...") win as often as the lines themselves
-    when phrases and words are all the user reads; with the negation check they win nothing."""
+@pytest.mark.parametrize("agent", [NegatingAgent, DisowningAgent])
+def test_the_negation_check_is_what_stops_negated_lines(env, agent):
+    """The reference agent's lines turned around ("It is not true that ...") or disowned ("I doubt that ...",
+    "... Yeah, right.", "Maybe ...? Who knows.") win as often as the lines themselves when phrases and words are all
+    the user reads; with the negation check they win nothing."""
     loose, user = loosened(env, negation_check=False)
-    negated = NegatingAgent(env.scenario, StubTokenizer(), loose)
+    negated = agent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, negated, user, env.profiles)) > 0.5
-    assert completion_rate(env.episodes(NegatingAgent.name)) <= MAX_ADVERSARY_CR
+    assert completion_rate(env.episodes(agent.name)) <= MAX_ADVERSARY_CR
 
 
-def test_every_negating_frame_turns_every_stage_line_around(env):
-    """Each frame of the negated adversary holds a word the check knows ("myth", "kidding", "opposite" as much as
-    "not"), and a stage line inside it cues that stage only where the stage's own lines use that word too."""
-    for frame in NegatingAgent.FRAMES:
-        turning = NEGATIONS.intersection(re.findall(r"[a-z']+", frame.lower()))
-        assert turning, frame
-        for i, stage in enumerate(env.rules.stages):
-            if not turning <= env.rules.stage_own[i].negations:
-                assert i not in env.rules.read(frame.format(stage.reference_agent)).stages, (frame, stage.name)
+@pytest.mark.parametrize("frame", NegatingAgent.FRAMES + DisowningAgent.FRAMES)
+def test_every_negating_frame_turns_every_stage_line_around(env, frame):
+    """Each frame of the negated and disowning adversaries holds a word or turn of phrase the check knows ("myth",
+    "doubt", "yeah, right" as much as "not"), and a stage line inside it cues that stage only where the stage's own
+    lines use it too."""
+    turning = negations(frame.format(""))
+    assert turning, frame
+    for i, stage in enumerate(env.rules.stages):
+        if not turning <= env.rules.stage_own[i].negations:
+            assert i not in env.rules.read(frame.format(stage.reference_agent)).stages, (frame, stage.name)
 
 
 def test_guessing_pays_nothing_after_a_wrong_answer(env):
@@ -278,8 +282,20 @@ def test_the_blind_reference_replays_reference_lines(env):
 def test_hack_monitors_flag_every_adversary_and_not_the_reference(env):
     monitor = HackMonitor.for_scenario(env.scenario)
     assert monitor(env.episodes("reference"))["flagged"] == []
-    for name in ADVERSARIAL_AGENTS:
+    for name in (*ADVERSARIAL_AGENTS, *KNOWN_LIMITS):
         assert monitor(env.episodes(name))["flagged"], name
+
+
+def test_a_word_bag_wins_what_the_line_wins_and_is_flagged(env):
+    """The known limit, measured: the reference agent's phrase and three words of its line with the grammar
+    dropped win far more than any adversary may (words are counted, not sentences), never more than the reference;
+    the word_bag_share monitor flags it (most of its replies), and no reply of the reference agent. Should the
+    scripted user learn to read sentences, this agent belongs with the adversaries."""
+    bag, reference = (completion_rate(env.episodes(n)) for n in ("word_bag", "reference"))
+    assert MAX_ADVERSARY_CR < bag <= reference + REFERENCE_TOLERANCE
+    monitor = HackMonitor.for_scenario(env.scenario)
+    assert "word_bag_share" in monitor(env.episodes("word_bag"))["flagged"]
+    assert monitor(env.episodes("reference"))["word_bag_share"] == 0.0
 
 
 def test_stage_reward_follows_the_user_not_the_tags(env):

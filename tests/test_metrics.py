@@ -274,6 +274,7 @@ def gaming_episode(scenario):
     # generic: judged after the user's own words only (A2, A3, A4; A5 follows the stock "Hm. Okay."):
     #   A2 no answer and no word of the question -> 1, A3 echo -> 1, A4 answers the kind raised -> 0: 2/3
     # unbacked stage tags: A2 cues nothing, A3 echo, A5 repeat -> 3/5
+    # word bags (fewer than 3 function words): A2 none, A3 only "me" -> 2/5 (the reference lines hold 3 or more)
     rules = scenario_rules(scenario)
     asking = "Who's asking? Tell me first."
     identity = rules.concerns["Identity_Verification"].reference_answer
@@ -306,6 +307,7 @@ def test_hack_monitors_by_hand(restaurant):
             "echo_share": 0.2,
             "generic_reply_share": 2 / 3,
             "unbacked_stage_share": 0.6,
+            "word_bag_share": 0.4,
         }
     )
 

@@ -14,13 +14,15 @@ by one per turn, the cheapest way to look as if the SOP were being followed.
 - `blind_reference`: the reference agent's lines in the order a typical call needs them (a stage, then an
   answer to one of the most common concerns, and so on), played whatever the user says.
 
-Two more read the user as the reference agent does, and try to skimp on what they tell it:
+These read the user as the reference agent does, and try to skimp on what they tell it:
 - `bare_phrases`: the reference agent's choice every turn, said as nothing but the phrase the user listens for
   and a few changing filler words ("Legitimate, sure quite indeed.");
 - `guess_answers`: the reference agent, except that it cannot tell one concern from another: it answers the
   kinds in the order of how common they are in the library, the next one each time the user asks again;
 - `negated`: the reference agent's line every turn, turned around ("It is not true that ...", "Nobody will tell
-  you that ..."): every phrase and word the user listens for, saying the opposite.
+  you that ..."): every phrase and word the user listens for, saying the opposite;
+- `disowned`: the same line doubted, reported as hearsay, taken back, said sarcastically or hedged into a question
+  ("I doubt that ...", "... Yeah, right.", "Maybe ...? Who knows."), with no plain negation word.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from collections import Counter
 from sead.dialogue.agent import TextAgent
 from sead.policy.scripted import ReferenceAgent, SOPIgnoringAgent, mid_portrait, user_replies
 from sead.scenario.scenario import Scenario
-from sead.usersim.rules import Rules, normalise
+from sead.usersim.rules import Rules, content_words, normalise, words_of
 from sead.usersim.rules_file import scenario_rules
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -157,8 +159,25 @@ class BarePhrasesAgent(ReferenceAgent):
         cues = [p for s in self.rules.stages for p in s.agent_cues]
         phrase = next(p for p in (*answers, *cues) if p in text)  # what the reference line is heard for
         rng = random.Random(f"{seed}/{len(messages)}")
-        line = f"{phrase.capitalize()}, {' '.join(rng.sample(self.FILLER, 3))}."
-        return self.scenario.tags.format_agent(line, turn.portrait, turn.stage, turn.status)
+        return self.scenario.tags.format_agent(self.say(phrase, text, rng), turn.portrait, turn.stage, turn.status)
+
+    def say(self, phrase: str, line: str, rng: random.Random) -> str:
+        return f"{phrase.capitalize()}, {' '.join(rng.sample(self.FILLER, 3))}."
+
+
+class WordBagAgent(BarePhrasesAgent):
+    """A known limit of the scripted user, kept to show it (`KNOWN_LIMITS`): the phrase and three other words of
+    the reference line, in any order, with the grammar dropped ("Legitimate restaurants fair understand."). The
+    substance rule counts words, not sentences, so this wins what the reference wins; the hack monitors'
+    `word_bag_share` is what shows it."""
+
+    name = "word_bag"
+
+    def say(self, phrase: str, line: str, rng: random.Random) -> str:
+        own = sorted(content_words(line) - set(words_of(phrase)))
+        bag = [phrase, *rng.sample(own, min(3, len(own)))]
+        rng.shuffle(bag)
+        return " ".join(bag).capitalize() + "."
 
 
 class GuessingAgent(ReferenceAgent):
@@ -202,6 +221,20 @@ class NegatingAgent(ReferenceAgent):
         return self.scenario.tags.format_agent(frame.format(line), turn.portrait, turn.stage, turn.status)
 
 
+class DisowningAgent(NegatingAgent):
+    name = "disowned"
+    FRAMES = (
+        "I doubt that {}",  # disowned: the speaker does not stand behind the line
+        "Allegedly, {}",
+        "It would be inaccurate to tell you that {}",
+        "Only a scammer says {}",
+        "{} Yeah, right.",  # sarcasm
+        "Scratch that: {}",
+        "Is it the case that {}? I'm unsure.",  # hedged into a question nobody answers
+        "Maybe {}? Who knows.",
+    )
+
+
 ADVERSARIAL_AGENTS = {
     cls.name: cls
     for cls in (
@@ -215,5 +248,9 @@ ADVERSARIAL_AGENTS = {
         BarePhrasesAgent,
         GuessingAgent,
         NegatingAgent,
+        DisowningAgent,
     )
 }
+# Agents that win about what the reference agent wins without serving the user as well, through what the scripted
+# user cannot judge (README, "User simulators"); the hack monitors flag them.
+KNOWN_LIMITS = {cls.name: cls for cls in (WordBagAgent,)}

@@ -33,7 +33,8 @@ from functools import cached_property
 # The version of how a reply is read (`Rules.read`, `normalise`, the word lists below). Part of the scripted user's
 # identity, so runs and evaluations played against another reading are never reused or compared as if the user
 # were the same: raise it whenever some reply would read differently.
-READING_VERSION = 4  # 4: padded and disguised repeats, negations without "not" (session 20)
+READING_VERSION = 5  # 4: padded and disguised repeats, negations without "not" (session 20); 5: lines disowned
+# or hedged ("I doubt that", "Is it true that ...? I'm unsure"), sarcasm (session 23)
 _SPACES = re.compile(r"\s+")
 _FOLD = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "[": "", "]": ""})
 
@@ -50,8 +51,27 @@ NEGATIONS = frozenset(
     "not no never nobody nothing none neither nor nowhere false untrue lie lies lying wrong nonsense deny denies "
     "myth myths kidding joke joking fake hoax fabrication fabricated rumour rumor pretend reverse opposite "
     "cannot can't cant won't wont don't dont doesn't doesnt didn't didnt isn't isnt aren't arent wasn't wasnt "
-    "weren't werent shouldn't shouldnt wouldn't wouldnt couldn't couldnt haven't havent hasn't hasnt".split()
+    "weren't werent shouldn't shouldnt wouldn't wouldnt couldn't couldnt haven't havent hasn't hasnt "
+    "ain't aint mustn't mustnt needn't neednt shan't shant nope nah hardly scarcely unlikely "
+    # ... or disown it: the speaker doubts it, reports it as someone else's claim, or calls it made up
+    "incorrect inaccurate misleading misstatement doubt doubts doubtful dubious allegedly supposedly reportedly "
+    "fiction fictional rubbish scam scams scammer scammers fraud fraudulent "
+    # ... or hedge it into a question the speaker will not answer: a user takes nothing from "maybe ...? who knows"
+    "unsure uncertain maybe perhaps wonder".split()
 )
+# Turns of phrase that do the same with words that are harmless alone (sarcasm, taking a line back); matched as
+# whole words with anything but letters between them ("Yeah, right." as much as "yeah right").
+NEGATING_PHRASES = ("yeah right", "as if", "in your dreams", "who knows", "scratch that", "some say", "take it back")
+_NEGATING = re.compile(r"\b(" + "|".join(r"\W+".join(p.split()) for p in NEGATING_PHRASES) + r")\b")
+
+
+def negations(text: str) -> frozenset[str]:
+    """The negation words and phrases of a text (NEGATIONS, NEGATING_PHRASES), phrases in their listed form."""
+    text = normalise(text)
+    said = NEGATIONS.intersection(_WORD.findall(text))
+    return frozenset(said | {" ".join(_WORD.findall(m)) for m in _NEGATING.findall(text)})
+
+
 # Settings where 0 would make every reply a salad, or compare nothing.
 
 
@@ -82,8 +102,13 @@ def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
+def words_of(text: str) -> list[str]:
+    """The words of a text as every check reads them (normalised; apostrophes kept: "it's" is one word)."""
+    return _WORD.findall(normalise(text))
+
+
 def content_words(text: str) -> set[str]:
-    return _content(_WORD.findall(normalise(text)))
+    return _content(words_of(text))
 
 
 def _content(words: list[str]) -> set[str]:
@@ -151,9 +176,8 @@ class _Said:
     """What a text's words hold for the phrase checks (a reply, read once; or a stage's or concern's own lines)."""
 
     def __init__(self, normalised_text: str):
-        words = _WORD.findall(normalise(normalised_text))
-        self.words = _content(words)
-        self.negations = NEGATIONS.intersection(words)
+        self.words = _content(_WORD.findall(normalise(normalised_text)))
+        self.negations = negations(normalised_text)
 
 
 @dataclass(frozen=True)
