@@ -68,8 +68,12 @@ _NEGATING = re.compile(r"\b(" + "|".join(r"\W+".join(p.split()) for p in NEGATIN
 def negations(text: str) -> frozenset[str]:
     """The negation words and phrases of a text (NEGATIONS, NEGATING_PHRASES), phrases in their listed form."""
     text = normalise(text)
-    said = NEGATIONS.intersection(_WORD.findall(text))
-    return frozenset(said | {" ".join(_WORD.findall(m)) for m in _NEGATING.findall(text)})
+    return _negations(text, _WORD.findall(text))
+
+
+def _negations(normalised_text: str, words: list[str]) -> frozenset[str]:
+    phrases = {" ".join(_WORD.findall(m)) for m in _NEGATING.findall(normalised_text)}
+    return frozenset(NEGATIONS.intersection(words)).union(phrases)
 
 
 # Settings where 0 would make every reply a salad, or compare nothing.
@@ -176,8 +180,10 @@ class _Said:
     """What a text's words hold for the phrase checks (a reply, read once; or a stage's or concern's own lines)."""
 
     def __init__(self, normalised_text: str):
-        self.words = _content(_WORD.findall(normalise(normalised_text)))
-        self.negations = negations(normalised_text)
+        text = normalise(normalised_text)
+        words = _WORD.findall(text)
+        self.words = _content(words)
+        self.negations = _negations(text, words)
 
 
 @dataclass(frozen=True)
