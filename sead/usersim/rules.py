@@ -73,10 +73,7 @@ def negations(text: str) -> frozenset[str]:
 
 def _negations(normalised_text: str, words: list[str]) -> frozenset[str]:
     phrases = {" ".join(_WORD.findall(m)) for m in _NEGATING.findall(normalised_text)}
-    return frozenset(NEGATIONS.intersection(words)).union(phrases)
-
-
-# Settings where 0 would make every reply a salad, or compare nothing.
+    return NEGATIONS.intersection(words).union(phrases)
 
 
 # Sounds a speaker makes between words: the repeat and echo checks compare what is said without them, so a line
@@ -100,7 +97,7 @@ def matches_any(normalised_text: str, phrases: Iterable[str]) -> bool:
 def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
     """Word n-grams of a text, filler sounds left out; a text shorter than n words is one gram, so a short reply
     can still repeat."""
-    words = [w for w in _WORD.findall(normalise(text)) if w not in FILLERS]
+    words = [w for w in words_of(text) if w not in FILLERS]
     if len(words) < n:
         return {tuple(words)} if words else set()
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
