@@ -8,7 +8,7 @@ import torch
 
 from sead.dialogue import AgentRequest
 from sead.policy.hf import HFPolicy
-from sead.policy.sampling import pick_tokens
+from sead.policy.sampling import _nucleus_mask, pick_tokens
 from sead.policy.settings import SamplingConfig
 
 GREEDY, NUCLEUS = SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0, top_p=0.9)
@@ -176,3 +176,69 @@ def test_each_row_samples_from_its_own_seed_whatever_shares_its_batch():
     alone = pick_tokens(logits[1:2], [torch.Generator().manual_seed(7)], NUCLEUS)[0]
     together = pick_tokens(logits, [torch.Generator().manual_seed(s) for s in (3, 7, 9)], NUCLEUS)[0]
     assert together[1] == alone[0]
+
+
+def reference_nucleus(row: torch.Tensor, top_p: float) -> set[int]:
+    """The textbook nucleus in fp64: the whole vocabulary sorted (ties by index), tokens kept while the mass
+    before them is within top_p."""
+    p, idx = torch.sort(torch.softmax(row.double(), -1), descending=True, stable=True)
+    return set(idx[(p.cumsum(-1) - p) <= top_p].tolist())
+
+
+def three_kinds_of_row(vocab: int = 6000) -> torch.Tensor:
+    """A peaked row (one token holds most of the mass), a middling one (a nucleus of tens of tokens) and a flat one
+    (thousands), rounded to bf16 as the policy's logits are, so that ties are common."""
+    g = torch.Generator().manual_seed(5)
+    peaked = torch.randn(vocab, generator=g)
+    peaked[17] = 20.0
+    middling = torch.randn(vocab, generator=g)
+    middling[torch.randperm(vocab, generator=g)[:40]] += 14 + torch.randn(40, generator=g)
+    flat = torch.randn(vocab, generator=g) * 0.5
+    return torch.stack([peaked, middling, flat]).bfloat16().float()
+
+
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 0.95, 0.999])
+def test_nucleus_equals_a_full_sort_of_the_vocabulary(top_p):
+    """Every way a row can take (its top token alone, a few candidates, the bins) keeps exactly the tokens the full
+    fp64 sort keeps, ties at the boundary included; every draw lies in that nucleus."""
+    logits = three_kinds_of_row()
+    allowed = [reference_nucleus(row, top_p) for row in logits]
+    sizes = [len(a) for a in allowed]
+    assert sizes[0] == 1 and 1 < sizes[1] < 256 < sizes[2]  # the three ways are all taken
+    logp = torch.log_softmax(logits, -1)
+    mask = _nucleus_mask(logp, top_p)[1]
+    for row, a in zip(mask, allowed):
+        assert set(row.nonzero()[:, 0].tolist()) == a
+    gens = [torch.Generator().manual_seed(s) for s in range(3)]
+    cfg = SamplingConfig(temperature=1.0, top_p=top_p)
+    for _ in range(200):
+        tok, _ = pick_tokens(logits, gens, cfg)
+        assert all(t in a for t, a in zip(tok.tolist(), allowed))
+
+
+def test_a_wide_nucleus_is_drawn_in_proportion_and_breaks_ties_by_index():
+    """300 tokens of 0.002, 300 of 0.001, 400 of 0.00025, interleaved: at top_p = 0.8 the nucleus is the 0.002
+    tokens and the first 201 of the 0.001 ones by index (a tie broken as a stable sort breaks it), drawn in
+    proportion 0.6 : 0.201."""
+    kinds = torch.tensor([0, 1, 2] * 300 + [2] * 100)
+    probs = torch.tensor([0.002, 0.001, 0.00025])[kinds]
+    rows = 2000
+    logits = torch.log(probs).expand(rows, -1).contiguous()
+    gens = [torch.Generator().manual_seed(s) for s in range(rows)]
+    counts = torch.zeros(len(probs))
+    for _ in range(10):
+        tok, _ = pick_tokens(logits, gens, SamplingConfig(temperature=1.0, top_p=0.8))
+        counts += torch.bincount(tok, minlength=len(probs))
+    second = (kinds == 1).nonzero()[:, 0]
+    assert counts[kinds == 2].sum() == 0 and counts[second[201:]].sum() == 0 and counts[second[200]] > 0
+    assert float(counts[kinds == 0].sum() / counts.sum()) == pytest.approx(0.6 / 0.801, abs=0.01)
+
+
+def test_a_row_draws_the_same_token_whichever_way_its_batch_mates_take():
+    logits = three_kinds_of_row()
+    cfg = SamplingConfig(temperature=1.0, top_p=0.95)
+    for step in range(20):
+        together = pick_tokens(logits, [torch.Generator().manual_seed(100 * step + i) for i in range(3)], cfg)[0]
+        for i in range(3):
+            alone = pick_tokens(logits[i : i + 1], [torch.Generator().manual_seed(100 * step + i)], cfg)[0]
+            assert int(alone[0]) == int(together[i])
