@@ -165,7 +165,8 @@ def plot(result: dict, path: Path) -> None:
         for name, marker in (("sead", "o-"), ("transformers", "s--"), ("before", "^:")):
             if name not in runs[0]:
                 continue
-            ax.plot([r["rows"] for r in runs], [r[name]["sampler_ms_per_step"] for r in runs], marker, label=name)
+            label = f"before ({result['before']})" if name == "before" else name
+            ax.plot([r["rows"] for r in runs], [r[name]["sampler_ms_per_step"] for r in runs], marker, label=label)
         ax.set(xscale="log", yscale="log", xlabel="rows", title=f"T {temperature}, top-p {top_p}")
     axes[0].set_ylabel("sampler ms per decoding step")
     axes[0].legend()

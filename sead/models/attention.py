@@ -73,7 +73,8 @@ _flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # -> (o
 
 def _with_shared_prefix(query, key, value, mask, prefix, scaling):
     """Attention over [shared prefix | row's own keys] in one softmax, with one copy of the prefix for all rows."""
-    # the tiled kernel's log-sum-exp carries no gradient, so a forward that needs one takes the cascade
+    # the tiled kernel's log-sum-exp carries no gradient, so a forward with one enabled takes the cascade; that is
+    # forward only (it works in place, no backward): training shares its prefix through `SharedContext` instead
     if TILED_PREFILL and query.shape[2] > 1 and query.device.type == "cpu" and not torch.is_grad_enabled():
         return _tiled(query, key, value, mask, prefix, scaling)
     return _cascade(query, key, value, mask, prefix, scaling)
