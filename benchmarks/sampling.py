@@ -61,7 +61,10 @@ def sampler_at(rev: str):
     """`pick_tokens` from sead/policy/sampling.py as it was at git revision `rev`."""
     root = Path(__file__).resolve().parents[1]
     cmd = ["git", "show", f"{rev}:sead/policy/sampling.py"]
-    source = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True).stdout
+    got = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    if got.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed: {got.stderr.strip()}")
+    source = got.stdout
     module = types.ModuleType(f"sampling_at_{rev}")
     exec(compile(source, f"{rev}:sead/policy/sampling.py", "exec"), module.__dict__)
     return module.pick_tokens

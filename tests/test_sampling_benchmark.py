@@ -3,6 +3,7 @@ transformers peer draws from the same nucleus as SEAD's (two ways to one distrib
 
 import json
 
+import pytest
 import torch
 from benchmark_scripts import load_benchmark
 from test_policy_sampling import reference_nucleus, three_kinds_of_row
@@ -41,3 +42,8 @@ def test_the_transformers_peer_draws_from_the_same_nucleus():
     assert all(s <= a for s, a in zip(seen, allowed))
     assert len(seen[2]) > 100  # the flat row's draws spread over its wide nucleus
     assert logp.tolist() == torch.log_softmax(logits, -1).gather(1, tok[:, None])[:, 0].tolist()
+
+
+def test_an_unknown_revision_is_named_in_the_error():
+    with pytest.raises(SystemExit, match="no-such-rev:sead/policy/sampling.py failed"):
+        load_benchmark("sampling").sampler_at("no-such-rev")
