@@ -55,9 +55,7 @@ def _top_k_tokens(scaled: torch.Tensor, u: torch.Tensor, top_k: int, top_p: floa
     """Sample each row from the smallest set of its top-k tokens whose probability, normalised over the top k,
     reaches top_p."""
     vals, idx = _stable_top(scaled, top_k)
-    p = torch.softmax(vals.double(), -1)
-    keep = (p.cumsum(-1) - p) <= top_p  # a token stays while the mass before it is within top_p
-    return idx.gather(1, _inverse_cdf(p * keep, u)[:, None])[:, 0]
+    return _draw_sorted(torch.softmax(vals.double(), -1), idx, u, top_p)[0]
 
 
 def _nucleus_tokens(logp: torch.Tensor, u: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -72,9 +70,7 @@ def _nucleus_tokens(logp: torch.Tensor, u: torch.Tensor, top_p: float) -> torch.
         return tok
     sub, u = _take(logp, rows), _take(u, rows)
     vals, idx = _stable_top(sub, min(CANDIDATES, sub.shape[-1]))
-    p = vals.double().exp()  # masses in fp64 throughout, as in `_nucleus_mask`
-    keep = (p.cumsum(-1) - p) <= top_p  # a token stays while the mass before it is within top_p
-    tok[rows] = idx.gather(1, _inverse_cdf(p * keep, u)[:, None])[:, 0]
+    tok[rows], keep = _draw_sorted(vals.double().exp(), idx, u, top_p)  # fp64 masses, as in `_nucleus_mask`
     # the nucleus may reach past the candidates, or end among equals of which the candidates hold only some
     last_kept = vals.gather(1, keep.sum(-1, keepdim=True) - 1)[:, 0]
     wide = (keep[:, -1] | (last_kept == vals[:, -1])).nonzero()[:, 0]
@@ -82,6 +78,13 @@ def _nucleus_tokens(logp: torch.Tensor, u: torch.Tensor, top_p: float) -> torch.
         probs, keep = _nucleus_mask(_take(sub, wide), top_p)
         tok[rows[wide]] = _inverse_cdf(probs * keep, _take(u, wide))
     return tok
+
+
+def _draw_sorted(p: torch.Tensor, idx: torch.Tensor, u: torch.Tensor, top_p: float):
+    """A token per row from sorted candidates (`idx`, masses `p`, most likely first) and which of them the nucleus
+    keeps: a token stays while the mass before it is within top_p."""
+    keep = (p.cumsum(-1) - p) <= top_p
+    return idx.gather(1, _inverse_cdf(p * keep, u)[:, None])[:, 0], keep
 
 
 def _take(t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
