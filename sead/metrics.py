@@ -41,8 +41,11 @@ does (`Rules.read`) and show a policy gaming it rather than serving the user; ea
       auxiliaries, prepositions, conjunctions): a cue phrase and a few of its line's words with the grammar
       dropped ("Legitimate restaurants fair understand."). The scripted user matches words, not sentences, and
       takes such a reply as the line it was cut from; this shows a policy drifting there.
+- scrambled_share: the share of replies whose words are out of any sentence's order (`sead.usersim.word_order`):
+      one of the scenario's own lines with its words shuffled around the phrase the user listens for, or function
+      words side by side where English never puts them. The scripted user takes a shuffled line as the line.
 `flagged` names those past their limit: the scripted user's own per-reply limits (the rules' `dynamics`: the
-reply length, stages and kinds per reply, repeat and echo shares) and, for the last three, SHARE_LIMIT.
+reply length, stages and kinds per reply, repeat and echo shares) and, for the last four, SHARE_LIMIT.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from sead.dialogue.episode import USER_REPORTS, Episode
 from sead.scenario.profile_space import ProfileSpace
 from sead.usersim.rules import Reading, Rules, content_words, normalise, voiced_kinds, words_of
 from sead.usersim.rules_file import scenario_rules
+from sead.usersim.word_order import line_words, scrambled
 
 STATE_CHANGE_METRICS = {"EI": "emotion", "TI": "trust", "CI": "cooperation"}
 TOKEN_COMPONENTS = ("agent", "user")
@@ -247,11 +251,15 @@ class HackMonitor:
 
     rules: Rules
     kinds: Mapping[str, str]  # what users say when voicing a concern (normalised) -> its category
+    lines: tuple[tuple[str, ...], ...]  # the reference lines' words, in order (`word_order.line_words`)
 
     @classmethod
     def for_scenario(cls, scenario) -> HackMonitor | None:
         """None for a scenario without a rules file: nothing says what its stage cues or concern answers are."""
-        return cls(scenario_rules(scenario), voiced_kinds(scenario.library)) if scenario.rules_path else None
+        if not scenario.rules_path:
+            return None
+        rules = scenario_rules(scenario)
+        return cls(rules, voiced_kinds(scenario.library), tuple(map(line_words, rules.reference_lines)))
 
     def __call__(self, episodes: Sequence[Episode]) -> dict:
         per_reply: dict[str, list[float]] = {
@@ -261,6 +269,7 @@ class HackMonitor:
             "repeated_ngram_share": [],
             "echo_share": [],
             "word_bag_share": [],
+            "scrambled_share": [],
         }
         generic: list[float] = []
         unbacked: list[float] = []
@@ -277,6 +286,7 @@ class HackMonitor:
                     per_reply["repeated_ngram_share"].append(reading.repeat_share)
                     per_reply["echo_share"].append(reading.echo_share)
                     per_reply["word_bag_share"].append(float(function_words(reply) < MIN_FUNCTION_WORDS))
+                    per_reply["scrambled_share"].append(float(scrambled(reply, self.lines)))
                     if heard is not None and normalise(heard) not in self.rules.canned_user_lines:
                         generic.append(0.0 if self._serves(reply, reading, heard) else 1.0)
                     if t.agent.stage is not None:
@@ -310,6 +320,7 @@ class HackMonitor:
             "generic_reply_share": SHARE_LIMIT,
             "unbacked_stage_share": SHARE_LIMIT,
             "word_bag_share": SHARE_LIMIT,
+            "scrambled_share": SHARE_LIMIT,
         }
 
 

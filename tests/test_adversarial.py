@@ -286,16 +286,18 @@ def test_hack_monitors_flag_every_adversary_and_not_the_reference(env):
         assert monitor(env.episodes(name))["flagged"], name
 
 
-def test_a_word_bag_wins_what_the_line_wins_and_is_flagged(env):
-    """The known limit, measured: the reference agent's phrase and three words of its line with the grammar
-    dropped win far more than any adversary may (words are counted, not sentences), never more than the reference;
-    the word_bag_share monitor flags it (most of its replies), and no reply of the reference agent. Should the
-    scripted user learn to read sentences, this agent belongs with the adversaries."""
-    bag, reference = (completion_rate(env.episodes(n)) for n in ("word_bag", "reference"))
-    assert MAX_ADVERSARY_CR < bag <= reference + REFERENCE_TOLERANCE
+@pytest.mark.parametrize("name, monitor_name", [("word_bag", "word_bag_share"), ("shuffled_line", "scrambled_share")])
+def test_a_known_limit_wins_what_the_line_wins_and_is_flagged(env, name, monitor_name):
+    """The known limits, measured: the reference agent's phrase with three words of its line and the grammar dropped
+    (`word_bag`), or its whole line with the words around the phrase shuffled (`shuffled_line`), win far more than
+    any adversary may (words are counted, not sentences), never more than the reference; a monitor flags each (most
+    of its replies), and no reply of the reference agent. Should the scripted user learn to read sentences, these
+    agents belong with the adversaries."""
+    limit, reference = (completion_rate(env.episodes(n)) for n in (name, "reference"))
+    assert MAX_ADVERSARY_CR < limit <= reference + REFERENCE_TOLERANCE
     monitor = HackMonitor.for_scenario(env.scenario)
-    assert "word_bag_share" in monitor(env.episodes("word_bag"))["flagged"]
-    assert monitor(env.episodes("reference"))["word_bag_share"] == 0.0
+    assert monitor_name in monitor(env.episodes(name))["flagged"]
+    assert monitor(env.episodes("reference"))[monitor_name] == 0.0
 
 
 def test_stage_reward_follows_the_user_not_the_tags(env):

@@ -275,6 +275,7 @@ def gaming_episode(scenario):
     #   A2 no answer and no word of the question -> 1, A3 echo -> 1, A4 answers the kind raised -> 0: 2/3
     # unbacked stage tags: A2 cues nothing, A3 echo, A5 repeat -> 3/5
     # word bags (fewer than 3 function words): A2 none, A3 only "me" -> 2/5 (the reference lines hold 3 or more)
+    # scrambled: none (A1, A4, A5 are reference lines in their order; A2 and A3 short sentences) -> 0
     rules = scenario_rules(scenario)
     asking = "Who's asking? Tell me first."
     identity = rules.concerns["Identity_Verification"].reference_answer
@@ -308,6 +309,7 @@ def test_hack_monitors_by_hand(restaurant):
             "generic_reply_share": 2 / 3,
             "unbacked_stage_share": 0.6,
             "word_bag_share": 0.4,
+            "scrambled_share": 0.0,
         }
     )
 

@@ -180,6 +180,22 @@ class WordBagAgent(BarePhrasesAgent):
         return " ".join(bag).capitalize() + "."
 
 
+class ShuffledLineAgent(BarePhrasesAgent):
+    """A known limit of the scripted user, kept to show it (`KNOWN_LIMITS`): the reference agent's whole line, the
+    phrase the user listens for intact and every other word shuffled around it ("card with you your we stays never
+    ask for passwords and bank."). Every word the user counts is there; only the order is gone. The hack monitors'
+    `scrambled_share` is what shows it."""
+
+    name = "shuffled_line"
+
+    def say(self, phrase: str, line: str, rng: random.Random) -> str:
+        before, _, after = line.partition(phrase)
+        others = words_of(f"{before} {after}")
+        rng.shuffle(others)
+        cut = rng.randrange(len(others) + 1)
+        return " ".join([*others[:cut], phrase, *others[cut:]]).capitalize() + "."
+
+
 class GuessingAgent(ReferenceAgent):
     name = "guess_answers"
 
@@ -253,4 +269,4 @@ ADVERSARIAL_AGENTS = {
 }
 # Agents that win about what the reference agent wins without serving the user as well, through what the scripted
 # user cannot judge (README, "User simulators"); the hack monitors flag them.
-KNOWN_LIMITS = {cls.name: cls for cls in (WordBagAgent,)}
+KNOWN_LIMITS = {cls.name: cls for cls in (WordBagAgent, ShuffledLineAgent)}

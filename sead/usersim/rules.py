@@ -268,6 +268,14 @@ class Rules:
             for c, r in self.concerns.items()
         }
 
+    @cached_property
+    def reference_lines(self) -> tuple[str, ...]:
+        """Every line the reference agent may say: each stage's and concern's reference line and rewordings."""
+        return (
+            *(line for s in self.stages for line in (s.reference_agent, *s.reference_rewordings)),
+            *(line for c in self.concerns.values() for line in (c.reference_answer, *c.reference_rewordings)),
+        )
+
     @cached_property  # read for every user reply the reference agent and the hack monitors look at
     def canned_user_lines(self) -> frozenset[str]:
         """Everything the scripted user says that is not a concern of its own, normalised."""
