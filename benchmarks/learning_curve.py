@@ -71,12 +71,14 @@ WARMUP = [
     "trainer.warmup.micro_batch=1",
     "trainer.warmup.max_minutes=null",
 ]
-# GRPO as chosen on the development seed (benchmarks/RESULTS.md, session 15: +10 points over the warm-up there,
-# p = 0.021, before any held-out run). Each step: 16 profiles played once, then 16 groups of 4 continuations
-# branched where the user lost ground (the warmed model samples almost deterministically, so whole-dialogue groups
-# rarely differ; a branch starts where it failed), one simulated user per group, advantages not divided by the
-# group's std (which blew small differences up to full size), lr 5e-5. Plus the concern-answer term: dodged
-# concerns are what the warmed model fails on. One step per iteration, so the curriculum can act every step.
+# GRPO as chosen on the development seed only (benchmarks/RESULTS.md): each step, 16 profiles played once, then 16
+# groups of 4 continuations branched at a turn that answers a concern the user still held open, played to the end
+# of the dialogue (the warmed model samples almost deterministically, so whole-dialogue groups rarely differ; which
+# answer it gives there decides the call). Cut there and scored to the end: +7 and +15 points over the warm-up in
+# two training runs (sessions 24-25); cut where the user lost ground instead (this script's recipe from session 15
+# to 25: +10 there, nothing held-out). One simulated user per group, advantages not divided by the group's std
+# (which blew small differences up to full size), lr 5e-5, plus the concern-answer term. One step per iteration,
+# so the curriculum can act every step.
 GRPO = [
     "reward.stage_progress=0.5",
     "reward.concerns_answered=0.5",
@@ -87,7 +89,7 @@ GRPO = [
     "trainer.group_user=shared",
     "trainer.branch.groups=16",
     "trainer.branch.size=4",
-    "trainer.branch.at=setback",
+    "trainer.branch.at=concern",
     "trainer.turn_cache_mb=2048",
     "trainer.sampling.temperature=1.0",
     "trainer.update.kl_coef=0",
