@@ -54,6 +54,7 @@ def test_a_line_with_the_words_around_its_phrase_reversed_is_taken_apart(rules):
         ("Nothing I ask for is secret, and you can check this offer yourself.", []),  # a preposition ends a clause
         ("Open the app and go to the My Plan tab.", []),  # "my" opens a name
         ("So the in-office travel is minimal.", []),  # a hyphenated word is one word
+        ("We at the platform team can add a can of cola; it's a must for the US market.", []),
     ],
 )
 def test_misplaced_pairs(text, pairs):
