@@ -61,7 +61,7 @@ from sead.dialogue.episode import USER_REPORTS, Episode
 from sead.scenario.profile_space import ProfileSpace
 from sead.usersim.rules import Reading, Rules, content_words, normalise, voiced_kinds, words_of
 from sead.usersim.rules_file import scenario_rules
-from sead.usersim.word_order import line_words, scrambled
+from sead.usersim.word_order import KnownLine, scrambled
 
 STATE_CHANGE_METRICS = {"EI": "emotion", "TI": "trust", "CI": "cooperation"}
 TOKEN_COMPONENTS = ("agent", "user")
@@ -251,7 +251,7 @@ class HackMonitor:
 
     rules: Rules
     kinds: Mapping[str, str]  # what users say when voicing a concern (normalised) -> its category
-    lines: tuple[tuple[str, ...], ...]  # the reference lines' words, in order (`word_order.line_words`)
+    lines: tuple[KnownLine, ...]  # the reference lines, as `word_order` compares replies with them
 
     @classmethod
     def for_scenario(cls, scenario) -> HackMonitor | None:
@@ -259,7 +259,7 @@ class HackMonitor:
         if not scenario.rules_path:
             return None
         rules = scenario_rules(scenario)
-        return cls(rules, voiced_kinds(scenario.library), tuple(map(line_words, rules.reference_lines)))
+        return cls(rules, voiced_kinds(scenario.library), tuple(map(KnownLine.of, rules.reference_lines)))
 
     def __call__(self, episodes: Sequence[Episode]) -> dict:
         per_reply: dict[str, list[float]] = {

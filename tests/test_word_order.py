@@ -6,7 +6,7 @@ from scripted_play import SCENARIOS, scenario_named
 
 from sead.usersim.rules import words_of
 from sead.usersim.rules_file import scenario_rules
-from sead.usersim.word_order import line_words, misplaced_pairs, scrambled, takes_apart
+from sead.usersim.word_order import KnownLine, misplaced_pairs, scrambled, takes_apart
 
 
 @pytest.fixture(scope="module", params=SCENARIOS)
@@ -15,7 +15,7 @@ def rules(request):
 
 
 def known(rules):
-    return [line_words(line) for line in rules.reference_lines]
+    return [KnownLine.of(line) for line in rules.reference_lines]
 
 
 def test_every_reference_line_reads_in_order(rules):
@@ -69,3 +69,20 @@ def test_a_new_sentence_with_some_of_a_lines_words_is_not_taken_apart(rules):
     reply = f"Thanks for picking up, I will keep this short: {own} and then I will let you go."
     assert not takes_apart(reply, known(rules))
     assert takes_apart(" ".join(words_of(line)[::-1]) + ".", known(rules))
+
+
+def test_a_reply_is_judged_by_the_line_whose_order_it_keeps():
+    """Seen in a held-out GRPO run: the model said one restaurant line nearly word for word, with a few words that
+    also make up most of another line; that other line keeps few of its pairs, the close one keeps 18 of 21."""
+    rules = scenario_rules(scenario_named("restaurant"))
+    reply = (
+        "It's simple: open the merchant back-office app, then tap the Get More Exposure button at the top right and "
+        "claim the credit."
+    )
+    close = next(line for line in rules.reference_lines if "then tap the Get More Exposure button" in line)
+    other = next(line for line in rules.reference_lines if line.startswith("It's simple and I'll guide you"))
+    assert takes_apart(reply, [KnownLine.of(other)])  # judged by the other line alone, it reads as taken apart
+    assert not takes_apart(reply, [KnownLine.of(other), KnownLine.of(close)])
+    assert not scrambled(reply, known(rules))
+    shuffled = "the tap Get app, then open credit claim the merchant back-office More Exposure button at top right and."
+    assert takes_apart(shuffled, known(rules))

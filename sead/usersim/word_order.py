@@ -3,8 +3,9 @@
 The scripted user matches phrases and counts words, so a line of its own with the words around the phrase
 shuffled ("card with you your we stays never ask for passwords and bank.") earns what the line earns. A reply is
 read as scrambled here when either
-- its words are mostly those of one of the scenario's own lines (`LINE_COVER`) and keep fewer than `LINE_PAIRS`
-  of that line's word pairs: the line taken apart, or
+- its words are mostly those of one of the scenario's own lines (`LINE_COVER`), and no line that covers it keeps
+  `LINE_PAIRS` of the reply's word pairs: a line taken apart (a reply close to one line that shares most words with
+  another is judged by the closer one), or
 - it puts two function words side by side where no English sentence does ("your we", "the and", "to is"), or ends
   a clause on an article, possessive or conjunction ("... bank the."): words put in any order, whatever their
   source.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from sead.usersim.rules import normalise
 
@@ -65,19 +67,29 @@ def line_words(line: str) -> tuple[str, ...]:
     return tuple(t for t in _TOKEN.findall(normalise(line)) if t not in _CLAUSE_END)
 
 
-def takes_apart(text: str, lines: Iterable[tuple[str, ...]]) -> bool:
-    """Whether the reply is one of `lines` (each as `line_words`) with its words out of their order."""
+@dataclass(frozen=True)
+class KnownLine:
+    """A line of the scenario's own, as `takes_apart` compares replies with it: made once per scenario, read for
+    every reply."""
+
+    words: frozenset[str]
+    pairs: frozenset[tuple[str, str]]
+
+    @classmethod
+    def of(cls, line: str) -> KnownLine:
+        words = line_words(line)
+        return cls(frozenset(words), frozenset(zip(words, words[1:])))
+
+
+def takes_apart(text: str, lines: Iterable[KnownLine]) -> bool:
+    """Whether the reply is made of one of `lines`' words out of that line's order."""
     words = line_words(text)
     if len(words) < MIN_WORDS:
         return False
     pairs = set(zip(words, words[1:]))
-    for line in lines:
-        vocabulary = set(line)
-        if sum(w in vocabulary for w in words) >= LINE_COVER * len(words):
-            if len(pairs & set(zip(line, line[1:]))) < LINE_PAIRS * len(pairs):
-                return True
-    return False
+    covering = [line for line in lines if sum(w in line.words for w in words) >= LINE_COVER * len(words)]
+    return bool(covering) and all(len(pairs & line.pairs) < LINE_PAIRS * len(pairs) for line in covering)
 
 
-def scrambled(text: str, lines: Iterable[tuple[str, ...]]) -> bool:
+def scrambled(text: str, lines: Iterable[KnownLine]) -> bool:
     return takes_apart(text, lines) or bool(misplaced_pairs(text))
