@@ -10,8 +10,12 @@ where the CPU has native bf16), on the same sequences and from the same weights:
   context runs once for them; before, micro-batches were cut from the sequences sorted by length and each row ran
   its whole context again. Both ways give the same gradient up to rounding (compared; Adam's first step turns any
   rounding difference in a gradient's sign into a full-size weight difference, so weights are not compared).
+- `--case entropy`: at `entropy_coef` 0 (the learning-curve recipe) the entropies are only logged. `Updater`
+  computes them as values; before, they kept their autograd graph (a log-softmax product over the vocabulary for
+  every agent token) and entered the loss times zero, so the backward pass walked it too. On branched groups, as
+  `--case branched`. Both ways end at the same weights (checked).
 
-    .venv/bin/python benchmarks/update_step.py [--case old_pass|branched] [--sequences 10] [--groups 4 --size 8]
+    .venv/bin/python benchmarks/update_step.py [--case old_pass|branched|entropy] [--sequences 10] [--groups 4 --size 8]
         [--repeats 2] [--model smollm2|/hf/folder]
 """
 
@@ -88,10 +92,19 @@ def branched_groups(tok, groups: int, size: int, seed: int = 0) -> list[Sequence
     return seqs
 
 
+class EntropyInGraph(Updater):
+    """The update as it was at entropy_coef 0: the entropies' graph kept, and the term in the loss times zero."""
+
+    @property
+    def _entropy_bonus(self) -> bool:
+        return True
+
+
 # case: (the way before, the way now, what "now" is called in the summary)
 CASES = {
     "old_pass": (("old_pass", WithOldPass), ("skipped", Updater), "skipping the old-log-prob pass"),
     "branched": (("by_length", ByLength), ("by_group", Updater), "micro-batches by branched group"),
+    "entropy": (("in_graph", EntropyInGraph), ("values_only", Updater), "entropies as logged values"),
 }
 
 
@@ -104,13 +117,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--case", choices=CASES, default="old_pass")
     ap.add_argument("--model", default="smollm2", help="'smollm2' (the packaged model) or a local HF folder")
     ap.add_argument("--sequences", type=int, default=10, help="old_pass: segments per update (2 x 5 rollouts)")
-    ap.add_argument("--groups", type=int, default=4, help="branched: groups per update")
-    ap.add_argument("--size", type=int, default=8, help="branched: continuations per group")
+    ap.add_argument("--groups", type=int, default=4, help="branched, entropy: groups per update")
+    ap.add_argument("--size", type=int, default=8, help="branched, entropy: continuations per group")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", type=Path, help="default: update_step.json (old_pass), update_step_branched.json")
+    ap.add_argument("--out", type=Path, help="default: update_step.json (old_pass), else update_step_CASE.json")
     args = ap.parse_args(argv)
     out_path = args.out or Path(__file__).with_name(
-        "update_step.json" if args.case == "old_pass" else "update_step_branched.json"
+        "update_step.json" if args.case == "old_pass" else f"update_step_{args.case}.json"
     )
     preset = {"preset": "smollm2"} if args.model == "smollm2" else {"preset": "path", "path": args.model}
     cfg = ModelConfig(**preset)

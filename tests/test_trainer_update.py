@@ -102,6 +102,35 @@ def test_zero_advantages_leave_the_policy_unchanged_without_kl(tiny):
     assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
 
 
+def test_entropies_without_a_bonus_are_values_only_and_leave_the_update_as_it_was(tiny, monkeypatch):
+    """At entropy_coef 0 the entropies are logged, not trained: they carry no autograd graph, have the values
+    the graph-carrying ones have, and the update ends at the weights it reached when the term was in the loss
+    times zero. With a bonus the term reaches the weights."""
+    model, tok = tiny
+    seqs = [make_sequence(tok, 1.0), make_sequence(tok, -0.5)]
+    kept = masked_logprobs(model, seqs, temperature=0.7, with_entropy=True)
+    values = masked_logprobs(model, seqs, temperature=0.7, with_entropy=True, entropy_grad=False)
+    assert all(e.requires_grad for e in kept.entropies) and not any(e.requires_grad for e in values.entropies)
+    for a, b in zip(kept.entropies + kept.logps, values.entropies + values.logps):
+        assert torch.equal(a.detach(), b.detach())
+
+    def trained(coef: float) -> tuple[torch.Tensor, dict]:
+        policy = copy.deepcopy(model)
+        stats = Updater(policy, None, UpdateConfig(lr=1e-2, kl_coef=0.0, entropy_coef=coef), temperature=1.0).step(
+            [make_sequence(tok, 1.0), make_sequence(tok, -0.5)]
+        )
+        return torch.cat([p.detach().flatten() for p in policy.parameters()]), stats
+
+    no_bonus, stats = trained(0.0)
+    with monkeypatch.context() as m:  # the way before: the entropy in the graph and in the loss, times zero
+        m.setattr(Updater, "_entropy_bonus", property(lambda self: True))
+        in_graph, stats_before = trained(0.0)
+    torch.testing.assert_close(no_bonus, in_graph, rtol=0, atol=1e-7)
+    assert stats["entropy"] == pytest.approx(stats_before["entropy"]) and stats["entropy"] > 0
+    with_bonus, _ = trained(0.5)
+    assert (with_bonus - no_bonus).abs().max() > 1e-4
+
+
 def test_lora_trains_only_adapters_and_uses_the_base_as_reference(tiny):
     from sead.trainer.lora import LoraSettings, wrap
 

@@ -1,9 +1,11 @@
 """benchmarks/update_step.py on the tiny model: both ways of getting the old log-probs end at the same weights,
-micro-batches by branched group and by length give one gradient, and every way is timed. No timing is asserted
+micro-batches by branched group and by length give one gradient, so do entropies kept in the graph and logged
+as values, and every way is timed. No timing is asserted
 (tests are not timers)."""
 
 import json
 
+import pytest
 from benchmark_scripts import load_benchmark
 
 
@@ -17,26 +19,19 @@ def test_the_update_with_and_without_the_old_log_prob_pass_ends_at_the_same_weig
     assert result["precision"]["master"] == "float32" and result["precision"]["cpu"]["model"]
 
 
-def test_micro_batches_by_branched_group_give_the_gradient_of_micro_batches_by_length(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize(
+    "case, ways", [("branched", {"by_length", "by_group"}), ("entropy", {"in_graph", "values_only"})]
+)
+def test_both_ways_on_branched_groups_give_one_gradient(case, ways, tiny_model_dir, tmp_path):
+    """branched: micro-batches by branched group and by length; entropy: the logged entropies in the graph (times
+    zero in the loss) and as values only."""
     module = load_benchmark("update_step")
-    out = tmp_path / "branched.json"
-    module.main(
-        [
-            "--case",
-            "branched",
-            "--model",
-            str(tiny_model_dir),
-            "--groups",
-            "3",
-            "--size",
-            "3",
-            "--repeats",
-            "1",
-            "--out",
-            str(out),
-        ]
-    )
+    out = tmp_path / f"{case}.json"
+    args = ["--case", case, "--model", str(tiny_model_dir), "--groups", "3", "--size", "3", "--repeats", "1"]
+    module.main([*args, "--out", str(out)])
     result = json.loads(out.read_text())
-    assert set(result["seconds"]) == {"by_length", "by_group"} and all(s > 0 for s in result["seconds"].values())
+    assert set(result["seconds"]) == ways and all(s > 0 for s in result["seconds"].values())
     assert result["sequences"] == 9 and result["trained_tokens"] < result["tokens"]
     assert result["max_weight_change"] > 1e-7 and result["gradient_relative_difference"] < 1e-2
+    if case == "entropy":  # the same micro-batches, the same gradient but for a term that is exactly zero
+        assert result["gradient_relative_difference"] < 1e-6

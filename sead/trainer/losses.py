@@ -40,8 +40,8 @@ def clipped_policy_loss(
     return torch.maximum(unclipped, clipped), (clipped > unclipped).float()
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    logp = torch.log_softmax(logits.float(), dim=-1)
+def entropy_from_logp(logp: torch.Tensor) -> torch.Tensor:
+    """Entropy of each row's distribution, from its log-probabilities over the whole vocabulary."""
     return -(logp.exp() * logp).sum(-1)
 
 

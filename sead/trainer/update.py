@@ -14,7 +14,7 @@ from sead.errors import SEADInputError
 from sead.policy.hf import common_prefix_length
 from sead.trainer.estimators import ESTIMATORS, Sequence
 from sead.trainer.lora import is_lora
-from sead.trainer.losses import clipped_policy_loss, entropy_from_logits, low_var_kl, token_mean
+from sead.trainer.losses import clipped_policy_loss, entropy_from_logp, low_var_kl, token_mean
 from sead.trainer.rollout_correction import RolloutMismatch
 from sead.trainer.schema import UpdateConfig
 
@@ -125,6 +125,7 @@ def masked_logprobs(
     with_entropy: bool = False,
     share_prefix: bool = True,
     context: SharedContext | None = None,
+    entropy_grad: bool = True,
 ):
     """Log-probs (and entropies) of the agent tokens of each sequence, one padded forward for all of them.
 
@@ -134,7 +135,8 @@ def masked_logprobs(
     `context` (the update's `SharedContext`), the part of it every sequence of the update shares is not run again
     here, and the caller owes `context.backward()` after this micro-batch's backward pass.
     Only positions that predict an agent token go through the LM head: the full-vocabulary logits of the
-    prompt and user text are never materialised."""
+    prompt and user text are never materialised. Without `entropy_grad` the entropies are values only (for the
+    log): no autograd graph over the vocabulary is built for them, nor walked back."""
     device = next(model.parameters()).device
     shared = shared_prompt_length(seqs) if share_prefix else 0
     cache = None
@@ -166,9 +168,13 @@ def masked_logprobs(
     ).hidden_states[-1]
     pick = target[:, 1:]  # hidden state at t predicts token t+1
     logits = model.get_output_embeddings()(hidden[:, :-1][pick]).float() / temperature
-    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:][pick][:, None]).squeeze(-1)
+    every = torch.log_softmax(logits, -1)
+    logp = every.gather(-1, ids[:, 1:][pick][:, None]).squeeze(-1)
     counts = pick.sum(-1).tolist()
-    ent = entropy_from_logits(logits) if with_entropy else None
+    ent = None
+    if with_entropy:
+        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
+            ent = entropy_from_logp(every)
     return Scored(
         list(torch.split(logp, counts)),
         list(torch.split(ent, counts)) if ent is not None else None,
@@ -230,6 +236,12 @@ class Updater:
         from the training forward itself (detached): a whole forward pass saved."""
         return self.cfg.ppo_epochs > 1 or self.cfg.mini_batches > 1 or self.estimator.critic is not None
 
+    @property
+    def _entropy_bonus(self) -> bool:
+        """Whether the loss has an entropy term; without one the entropies are logged values, kept out of the
+        autograd graph (a log-softmax product over the whole vocabulary for every agent token, and its backward)."""
+        return self.cfg.entropy_coef != 0
+
     def _reference(self):
         """The reference network and the scope it runs in: its own frozen copy, or with LoRA the base network
         under the adapters."""
@@ -257,7 +269,12 @@ class Updater:
             for mb in self._batches(part):
                 with self.autocast():
                     logps, ents, hidden = masked_logprobs(
-                        self.model, mb, self.temperature, with_entropy=True, context=context
+                        self.model,
+                        mb,
+                        self.temperature,
+                        with_entropy=True,
+                        context=context,
+                        entropy_grad=self._entropy_bonus,
                     )
                 logp, ent = torch.cat(logps), torch.cat(ents)
                 old = torch.cat([s.old_logp if s.old_logp is not None else lp.detach() for s, lp in zip(mb, logps)])
@@ -271,7 +288,9 @@ class Updater:
                 weight = mismatch.weights(old, [s.rollout_logp for s in mb], [len(lp) for lp in logps], cfg)
                 if weight is not None:
                     pg = pg * weight
-                loss = token_mean(pg, part_tokens) - cfg.entropy_coef * token_mean(ent, part_tokens)
+                loss = token_mean(pg, part_tokens)
+                if self._entropy_bonus:
+                    loss = loss - cfg.entropy_coef * token_mean(ent, part_tokens)
                 if self._uses_kl:
                     kl = low_var_kl(logp, torch.cat([s.ref_logp for s in mb]))
                     loss = loss + cfg.kl_coef * token_mean(kl, part_tokens)
