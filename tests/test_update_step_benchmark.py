@@ -1,7 +1,6 @@
 """benchmarks/update_step.py on the tiny model: both ways of getting the old log-probs end at the same weights,
-micro-batches by branched group and by length give one gradient, so do entropies kept in the graph and logged
-as values, and every way is timed. No timing is asserted
-(tests are not timers)."""
+micro-batches by branched group and by length give one gradient, so do entropies kept in the graph and logged as
+values, and every way is timed. No timing is asserted (tests are not timers)."""
 
 import json
 
