@@ -11,6 +11,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from sead import compute
 from sead.dialogue.chat_tokens import plain_ids
 
 
@@ -55,7 +56,8 @@ class TextAgent(AgentPolicy):
 
 class BatchingPolicy(AgentPolicy):
     """An agent whose backend samples many prompts at once (transformers, vLLM): requests from concurrent
-    episodes that arrive together are sampled as one batch, off the event loop."""
+    episodes that arrive together are sampled as one batch, off the event loop on the compute thread
+    (`sead.compute`)."""
 
     def __init__(self, max_batch: int):
         self.max_batch = max_batch
@@ -79,7 +81,7 @@ class BatchingPolicy(AgentPolicy):
                 await asyncio.sleep(0)
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
             try:
-                outs = await asyncio.to_thread(self.sample, [r for r, _ in batch])
+                outs = await compute.arun(self.sample, [r for r, _ in batch])
             except Exception as e:
                 for _, fut in batch:
                     fut.set_exception(e)

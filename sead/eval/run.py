@@ -8,7 +8,6 @@ different settings is refused rather than mixed into the same results.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import asdict, replace
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from sead import compute
 from sead.dialogue import Episode, EpisodeJob, RolloutLog, RunnerConfig, read_rollouts, run_batch
 from sead.dialogue.seeds import eval_episode_seed
 from sead.errors import SEADInputError, read_user_text
@@ -133,7 +133,7 @@ def evaluate(
     if todo:
         if done:
             console.print(f"resuming {spec.name}: {len(done)} of {len(jobs)} dialogues already done")
-        asyncio.run(_play(todo, len(jobs), len(done), spec, agent, user, scenario, runner, out))
+        compute.serve(_play(todo, len(jobs), len(done), spec, agent, user, scenario, runner, out))
     finished = {r["meta"]["episode_id"]: r for r in read_rollouts(out / "dialogues.jsonl")} if jobs else {}
     episodes = [Episode.from_dict(finished[j.episode_id]) for j in jobs]
     info = {

@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from sead import compute
 from sead.config import build_controller, build_scenario, build_usersim, check_config, group_config, runner_config
 from sead.controller.plausibility import check_endpoint, training_profiles
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
@@ -166,7 +167,7 @@ class Trainer:
         """Play `jobs` and log them to `log_path`: anew (one file per step: a replayed step rewrites it), or
         appended after a step's earlier round (`fresh=False`). `runner_cfg`: other dialogue settings than the run's."""
         task = progress.add_task(label, total=len(jobs))
-        self.rollout_model.refresh()  # the rollout copy follows every update, the warm-up and a resume
+        await compute.arun(self.rollout_model.refresh)  # the rollout copy follows every update, warm-up and resume
         with RolloutLog(log_path, fresh=fresh) as rlog:
             episodes = await run_batch(
                 jobs,
@@ -189,8 +190,8 @@ class Trainer:
         """Supervised warm-up on the reference agent's dialogues (or an earlier run's), before the first RL step."""
         wc = self.tc.warmup
         if wc.reuse:
-            summary = reuse_warmup(
-                wc.reuse, model=self.model, model_cfg=self.model_cfg, lora_enabled=self.tc.lora.enabled
+            summary = compute.run(
+                reuse_warmup, wc.reuse, model=self.model, model_cfg=self.model_cfg, lora_enabled=self.tc.lora.enabled
             )
         else:
             summary = await warmup(
@@ -204,9 +205,9 @@ class Trainer:
                 progress=progress,
                 autocast=self.precision.autocast,
             )
-        save_warmup(self.layout.warmup, summary, self.model, self.tokenizer)
+        compute.run(save_warmup, self.layout.warmup, summary, self.model, self.tokenizer)
         if self.ref is not None:  # KL keeps RL near the warmed-up model, not the format-less base
-            self.ref.load_state_dict(self.model.state_dict())
+            compute.run(self.ref.load_state_dict, self.model.state_dict())
         reused = f" (reused from {summary['reused_from']})" if wc.reuse else ""
         console.print(
             f"warm-up{reused}: imitated {summary['imitated']}/{summary['dialogues']} reference "
@@ -331,7 +332,7 @@ class Trainer:
             scored, [e.meta["reward"]["total"] for e in scored], [e.meta["group"] for e in scored]
         )
         t1 = time.perf_counter()
-        update = self.updater.step(seqs)
+        update = await compute.arun(self.updater.step, seqs)
         t_upd = time.perf_counter() - t1
         record = finish_step(  # whole dialogues only: a branch does not start where a user starts
             eps, controller=self.controller, space=self.scenario.space, layout=self.layout, monitor=self.monitor
@@ -385,7 +386,8 @@ class Trainer:
                     if it % tc.validation.every == 0 or self.step == total:
                         await self.validate(it, progress)
                 if self.step % tc.save_every == 0 or self.step == total or self.budget.spent():
-                    save_checkpoint(
+                    compute.run(
+                        save_checkpoint,
                         self.layout.path,
                         self.step,
                         model=self.model,
@@ -439,4 +441,4 @@ def _summary(step: int, total: int, r: StepRecord) -> str:
 
 def train(cfg: DictConfig) -> Path:
     with run_dir_lock(Path(str(cfg.run_dir)).resolve()):
-        return asyncio.run(Trainer(cfg).run())
+        return compute.serve(Trainer(cfg).run())  # the tensor work on this thread, the loop beside it

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from sead import compute
 from sead.dialogue import EpisodeJob, RolloutLog, RunnerConfig, run_batch
 from sead.dialogue.seeds import warmup_episode_seed
 from sead.errors import SEADInputError
@@ -70,12 +71,34 @@ async def warmup(
     played = [e for e in episodes if not e.sim_error]
     chosen = [e for e in played if e.success or not cfg.successful_only]
     seqs = [Sequence(torch.tensor(s.ids), torch.tensor(s.mask), 0.0) for e in chosen for s in e.segments if sum(s.mask)]
+    task = progress.add_task("warm-up fine-tuning", total=cfg.epochs * max(1, -(-len(seqs) // cfg.micro_batch)))
+    deadline = None if cfg.max_minutes is None else started + 60 * cfg.max_minutes
+    losses, trained = await compute.arun(
+        _imitate, model, seqs, cfg, deadline=deadline, autocast=autocast, advance=lambda: progress.advance(task)
+    )
+    progress.remove_task(task)
+    return {
+        "dialogues": len(episodes),
+        "sim_errors": len(episodes) - len(played),
+        "imitated": len(chosen),
+        "sequences": len(seqs),
+        "sequences_trained": trained,
+        "stopped_by_time": trained < cfg.epochs * len(seqs),
+        "minutes": (time.perf_counter() - started) / 60,
+        "reference_CR": sum(e.success for e in played) / len(played) if played else None,
+        # means of the first and last (up to) five optimiser steps: one dialogue's loss alone is noisy
+        "nll_first": _mean(losses[:5]),
+        "nll_last": _mean(losses[-5:]),
+    }
+
+
+def _imitate(model, seqs: list[Sequence], cfg: WarmupConfig, *, deadline, autocast, advance) -> tuple[list, int]:
+    """Fine-tune `model` on `seqs`, one optimiser step per micro-batch until `deadline` (perf_counter seconds, or
+    None). Returns the losses and the sequences trained on."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
     order = random.Random(cfg.seed)
-    task = progress.add_task("warm-up fine-tuning", total=cfg.epochs * max(1, -(-len(seqs) // cfg.micro_batch)))
     model.train()
     losses, trained = [], 0
-    deadline = None if cfg.max_minutes is None else started + 60 * cfg.max_minutes
     for _ in range(cfg.epochs):
         order.shuffle(seqs)
         for i in range(0, len(seqs), cfg.micro_batch):
@@ -91,21 +114,8 @@ async def warmup(
             opt.step()
             losses.append(float(loss.detach()))
             trained += len(batch)
-            progress.advance(task)
-    progress.remove_task(task)
-    return {
-        "dialogues": len(episodes),
-        "sim_errors": len(episodes) - len(played),
-        "imitated": len(chosen),
-        "sequences": len(seqs),
-        "sequences_trained": trained,
-        "stopped_by_time": trained < cfg.epochs * len(seqs),
-        "minutes": (time.perf_counter() - started) / 60,
-        "reference_CR": sum(e.success for e in played) / len(played) if played else None,
-        # means of the first and last (up to) five optimiser steps: one dialogue's loss alone is noisy
-        "nll_first": _mean(losses[:5]),
-        "nll_last": _mean(losses[-5:]),
-    }
+            advance()
+    return losses, trained
 
 
 def reuse_warmup(src: str, *, model, model_cfg: ModelConfig, lora_enabled: bool) -> dict:

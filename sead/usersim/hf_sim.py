@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
+from sead import compute
 from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
@@ -49,7 +49,7 @@ class HFUserSimulator(UserSimulator):
 
     async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *, seed: int) -> UserReply:
         messages = build_user_messages(self.scenario, profile, history, agent_response)
-        return await asyncio.to_thread(self._generate, messages, turn_seed(seed, len(history)))
+        return await compute.arun(self._generate, messages, turn_seed(seed, len(history)))
 
     def _generate(self, messages: list[dict], seed: int) -> UserReply:
         import torch
