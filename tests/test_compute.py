@@ -79,8 +79,13 @@ def test_ctrl_c_while_the_main_thread_waits_cancels_the_run_and_is_raised():
         finally:
             cleaned.append(True)
 
-    with pytest.raises(KeyboardInterrupt):
-        compute.serve(job())
+    # Python's own Ctrl-C handler, as in `sead train` (a library an earlier test imported may have replaced it)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            compute.serve(job())
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert cleaned == [True]  # the coroutine's finally ran before serve returned
 
 
