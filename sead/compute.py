@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import signal
 import threading
 from concurrent.futures import Future
 from functools import partial
 
 _STOP = object()
-_work: queue.SimpleQueue | None = None  # tensor work for the main thread, while `serve` runs
+_loop_side = threading.local()  # .work: the queue of the `serve` whose loop runs on this thread
 
 
 def serve(coro):
     """Run `coro` to its end as `asyncio.run` would, its loop in a helper thread, doing the tensor work it hands
-    over (`arun`, `run`) on this thread. Ctrl-C cancels the coroutine (its `finally` blocks run) and is raised
-    here. Off the main thread, or inside another `serve`, it is `asyncio.run`."""
-    global _work
-    if threading.current_thread() is not threading.main_thread() or _work is not None:
+    over (`arun`, `run`) on this thread. Ctrl-C cancels the coroutine, as `asyncio.run` does: the piece of work
+    under way finishes, the coroutine's cleanup runs, then KeyboardInterrupt is raised here; a second Ctrl-C
+    interrupts at once. Off the main thread, or inside another `serve`, it is `asyncio.run`."""
+    if threading.current_thread() is not threading.main_thread() or getattr(_loop_side, "work", None) is not None:
         return asyncio.run(coro)
     work, box = queue.SimpleQueue(), {}
 
@@ -38,7 +39,8 @@ def serve(coro):
         box["loop"], box["task"] = asyncio.get_running_loop(), asyncio.current_task()
         return await coro
 
-    def loop_side():
+    def loop_thread():
+        _loop_side.work = work
         try:
             box["result"] = asyncio.run(tracked())
         except BaseException as e:  # handed to the main thread, raised there
@@ -46,33 +48,32 @@ def serve(coro):
         finally:
             work.put(_STOP)
 
-    _work = work
+    def on_ctrl_c(signum, frame):
+        if box.get("interrupted") or "task" not in box:
+            raise KeyboardInterrupt
+        box["interrupted"] = True
+        box["loop"].call_soon_threadsafe(box["task"].cancel)
+
+    # as asyncio.Runner does: only where Ctrl-C would raise KeyboardInterrupt (not where it is ignored)
+    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if ours:
+        signal.signal(signal.SIGINT, on_ctrl_c)
     try:
-        threading.Thread(target=loop_side, name="sead-event-loop", daemon=True).start()
-        interrupted = _do_work(work, box)
+        threading.Thread(target=loop_thread, name="sead-event-loop", daemon=True).start()
+        _do_work(work)
     finally:
-        _work = None
-    if interrupted:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if box.get("interrupted"):
         raise KeyboardInterrupt
     if "error" in box:
         raise box["error"]
     return box.get("result")
 
 
-def _do_work(work: queue.SimpleQueue, box: dict) -> bool:
-    """Run what the loop hands over until it stops; True if Ctrl-C came while waiting (the coroutine was then
-    cancelled). Ctrl-C inside a piece of work is that work's exception, raised where it was awaited."""
-    interrupted = False
-    while True:
-        try:
-            item = work.get()
-        except KeyboardInterrupt:
-            interrupted = True
-            if "task" in box:
-                box["loop"].call_soon_threadsafe(box["task"].cancel)
-            continue
-        if item is _STOP:
-            return interrupted
+def _do_work(work: queue.SimpleQueue) -> None:
+    """Run what the loop hands over until it stops."""
+    while (item := work.get()) is not _STOP:
         fut, call = item
         if fut.set_running_or_notify_cancel():  # False: its awaiter was cancelled before it started
             try:
@@ -82,9 +83,9 @@ def _do_work(work: queue.SimpleQueue, box: dict) -> bool:
 
 
 def _hand_over(call) -> Future | None:
-    """Queue `call` for the main thread when this is the loop of a `serve`; None otherwise."""
-    work = _work
-    if work is None or threading.current_thread() is threading.main_thread():
+    """Queue `call` for the main thread when this thread runs the loop of a `serve`; None otherwise."""
+    work = getattr(_loop_side, "work", None)
+    if work is None:
         return None
     fut = Future()
     work.put((fut, call))

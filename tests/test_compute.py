@@ -5,6 +5,7 @@ import asyncio
 import shutil
 import signal
 import threading
+import time
 
 import pytest
 import torch
@@ -51,21 +52,34 @@ def test_errors_reach_the_awaiting_code_and_the_caller_of_serve():
     assert compute.serve(asyncio.sleep(0, result="again")) == "again"  # nothing of the failed run is left behind
 
 
-def test_serve_off_the_main_thread_or_inside_another_is_plain_asyncio_run():
+def test_serve_off_the_main_thread_is_plain_asyncio_run_and_serve_nests():
     out = {}
 
     async def inner():
-        return threading.current_thread()
+        return threading.current_thread(), await compute.arun(threading.current_thread)
 
     thread = threading.Thread(target=lambda: out.setdefault("t", compute.serve(inner())))
     thread.start()
     thread.join()
-    assert out["t"] is thread
+    assert out["t"][0] is thread and out["t"][1] not in (thread, MAIN)  # asyncio.to_thread's worker
 
     async def outer():
-        return await compute.arun(compute.serve, inner())  # serve again from the main thread, inside a serve
+        return await compute.arun(compute.serve, inner())  # a serve inside a piece of handed-over work
 
-    assert compute.serve(outer()) is MAIN
+    loop, work = compute.serve(outer())
+    assert loop is not MAIN and work is MAIN
+
+
+def ctrl_c(job):
+    """serve(job()) under Python's own Ctrl-C handler, as `sead train` has it (a runner started in the background
+    ignores SIGINT, and so would these tests); the handler is back afterwards."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            compute.serve(job())
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_while_the_main_thread_waits_cancels_the_run_and_is_raised():
@@ -79,14 +93,27 @@ def test_ctrl_c_while_the_main_thread_waits_cancels_the_run_and_is_raised():
         finally:
             cleaned.append(True)
 
-    # Python's own Ctrl-C handler, as in `sead train` (a library an earlier test imported may have replaced it)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            compute.serve(job())
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    ctrl_c(job)
     assert cleaned == [True]  # the coroutine's finally ran before serve returned
+
+
+def test_ctrl_c_during_handed_over_work_lets_it_finish_then_cancels_the_run():
+    done = []
+
+    def work():
+        signal.pthread_kill(MAIN.ident, signal.SIGINT)  # arrives while this runs on the main thread
+        time.sleep(0.2)
+        done.append("work")
+
+    async def job():
+        try:
+            await compute.arun(work)
+            await asyncio.sleep(30)
+        finally:
+            done.append("cleanup")
+
+    ctrl_c(job)
+    assert sorted(done) == ["cleanup", "work"]  # the work was not cut short, and the run cleaned up
 
 
 @pytest.fixture

@@ -173,10 +173,12 @@ def test_metrics_lines_are_strict_json(tmp_path):
 
 
 def hold_lock(run: Path) -> subprocess.Popen:
-    """Another process holding the run directory, as a second `sead train` would."""
+    """Another process holding the run directory, as a second `sead train` would (its PID replaces what an earlier
+    run wrote: a PID that is a prefix of the earlier one would otherwise read as that one)."""
     code = (
         "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-        "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); print('held', flush=True); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode()); "
+        "print('held', flush=True); "
         "time.sleep(600)"
     )
     run.mkdir(parents=True, exist_ok=True)
