@@ -30,8 +30,8 @@ def serve(coro):
     """Run `coro` to its end as `asyncio.run` would, its loop in a helper thread, doing the tensor work it hands
     over (`arun`, `run`) on this thread. Ctrl-C cancels the coroutine, as `asyncio.run` does: the piece of work
     under way finishes, the coroutine's cleanup runs, then KeyboardInterrupt is raised here; a second Ctrl-C
-    interrupts at once. Off the main thread, or inside another `serve`, it is `asyncio.run`."""
-    if threading.current_thread() is not threading.main_thread() or getattr(_loop_side, "work", None) is not None:
+    interrupts at once. Off the main thread it is `asyncio.run`."""
+    if threading.current_thread() is not threading.main_thread():
         return asyncio.run(coro)
     work, box = queue.SimpleQueue(), {}
 

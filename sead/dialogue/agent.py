@@ -56,8 +56,8 @@ class TextAgent(AgentPolicy):
 
 class BatchingPolicy(AgentPolicy):
     """An agent whose backend samples many prompts at once (transformers, vLLM): requests from concurrent
-    episodes that arrive together are sampled as one batch, off the event loop on the compute thread
-    (`sead.compute`)."""
+    episodes that arrive together are sampled as one batch, off the event loop (on the main thread under
+    `sead.compute.serve`, else on a worker thread)."""
 
     def __init__(self, max_batch: int):
         self.max_batch = max_batch
