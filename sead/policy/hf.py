@@ -24,6 +24,7 @@ import torch
 
 from sead.dialogue.agent import AgentOutput, AgentRequest, BatchingPolicy
 from sead.models.attention import NAME as ATTENTION
+from sead.models.decode_step import DecodeStep
 from sead.models.packed_linear import PackedLinears
 from sead.models.weights import weights_version
 from sead.policy.sampling import pick_tokens
@@ -62,6 +63,7 @@ class HFPolicy(BatchingPolicy):
         min_prefix: int = 16,
         turn_cache_mb: float = 4096,
         pack_weights: bool = True,
+        fast_decode: bool = True,
     ):
         super().__init__(max_batch)
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
@@ -70,6 +72,8 @@ class HFPolicy(BatchingPolicy):
         self._prefix: tuple[tuple, tuple[int, ...], list] | None = None  # (weights version, prefix ids, its KV)
         self.turns = TurnCache(turn_cache_mb)
         self.packed = PackedLinears.for_model(model) if pack_weights else None  # oneDNN-packed weights while sampling
+        # decoding steps written out (same logits, fewer operations); None: the model's own forward
+        self.decode_step = DecodeStep.for_model(model) if fast_decode else None
         self.generated_tokens = 0
 
     def identity(self) -> dict:
@@ -138,6 +142,7 @@ class HFPolicy(BatchingPolicy):
         live = list(range(rows))  # rows still sampling
         last_pos, col = pos[:, -1], C + S
         nxt = torch.full((rows,), pad, dtype=torch.long)
+        fast = self.decode_step if self.decode_step is not None and self.decode_step.usable() else None
         for _ in range(max(limits)):
             logits = step_logits[live, -1].float().cpu()
             toks, lps = pick_tokens(logits, [gens[i] for i in live], self.sampling)
@@ -150,6 +155,9 @@ class HFPolicy(BatchingPolicy):
                 break
             attn[:, col] = True
             col, last_pos = col + 1, last_pos + 1
+            if fast is not None:
+                step_logits = fast(nxt.to(device), last_pos, attn[:, None, None, :], cache, prefix_kv or None)
+                continue
             step = model(
                 input_ids=nxt[:, None].to(device),
                 attention_mask=self._mask(attn[:, None, None, :]),

@@ -1,0 +1,161 @@
+"""One decoding step of a Llama-family model (SmolLM2), written out with fewer and larger operations, and the same
+arithmetic as the transformers forward it stands in for.
+
+At the few rows of a sampling call's tail, a decoding step of the transformers forward spends more time on module
+calls and small operators than on reading the weights (43 ms a step at one row on a 2-vCPU Zen 4, against about
+9 ms to stream SmolLM2's bf16 weights: benchmarks/RESULTS.md). Here the query, key and value projections are one
+matmul and the gate and up projections another (their weights concatenated once and, where `PackedLinears`
+would pack them, packed for oneDNN), the rotary embedding turns queries and keys in one pass, and no hooks, module
+calls or output objects run. Each elementwise operation is transformers' own, in the same dtype and order, so a
+step gives the logits of the transformers forward (tests compare them bit for bit); prompt positions keep the
+transformers path.
+
+Only plain Llama decoder layers (SmolLM2's architecture) with SEAD's attention are taken; for anything else
+`DecodeStep.for_model` answers None and the caller keeps the model's own forward.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sead.models.attention import NAME as ATTENTION
+from sead.models.attention import gqa_attention
+from sead.models.packed_linear import PACKED_DTYPES, packing_available
+from sead.models.weights import weights_version
+
+
+def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    """transformers' LlamaRMSNorm, operation for operation (fp32 statistics, the weight applied in x's dtype)."""
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _linear(weight: torch.Tensor, packed: bool):
+    """`x -> x @ weight.T` as `PackedLinears` would compute it for a layer with this weight: from a oneDNN pack
+    where that is bit-equal to `F.linear`, else `F.linear`."""
+    if not packed:
+        return lambda x: F.linear(x, weight)
+    pack = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+    return lambda x: torch.ops.mkldnn._linear_pointwise(x, pack, None, "none", [], "")
+
+
+def supported(model) -> bool:
+    """Plain Llama decoder layers without biases, silu, the default rotary embedding and SEAD's attention: what
+    this step reproduces exactly."""
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm
+
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None or type(getattr(model, "lm_head", None)) is not nn.Linear:
+        return False
+    cfg = model.config
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    if cfg._attn_implementation != ATTENTION or rope.get("rope_type", "default") != "default":
+        return False
+    if getattr(cfg, "hidden_act", None) != "silu" or getattr(inner.rotary_emb, "attention_scaling", None) is None:
+        return False
+    for layer in layers:
+        attn = getattr(layer, "self_attn", None)
+        if type(layer) is not LlamaDecoderLayer or type(layer.mlp) is not LlamaMLP:
+            return False
+        linears = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj]
+        if any(type(m) is not nn.Linear or m.bias is not None for m in [*linears, layer.mlp.down_proj]):
+            return False
+        if type(layer.input_layernorm) is not LlamaRMSNorm or type(layer.post_attention_layernorm) is not LlamaRMSNorm:
+            return False
+    return type(inner.norm) is LlamaRMSNorm
+
+
+class _Layer:
+    def __init__(self, layer, packed: bool):
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach()
+        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
+        self.qkv, self.gate_up = _linear(qkv, packed), _linear(gate_up, packed)
+        self.o, self.down = _linear(attn.o_proj.weight.detach(), packed), _linear(mlp.down_proj.weight.detach(), packed)
+        self.attn, self.norm_in, self.norm_post = attn, layer.input_layernorm, layer.post_attention_layernorm
+        self.inner = mlp.gate_proj.out_features
+
+
+class DecodeStep:
+    """`step(tokens, positions, mask, cache, shared_kv)`: the next-token logits (rows, 1, vocab) of one token per row,
+    its keys and values written into `cache` (a `BatchCache`), as `model(input_ids=tokens[:, None], ...)` would."""
+
+    _shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its step, for `for_model`
+
+    def __init__(self, model, pack_dtypes=PACKED_DTYPES):
+        self._model = weakref.ref(model)  # a strong one would keep the model alive through `_shared`
+        self.pack_dtypes = pack_dtypes
+        cfg = model.config
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self._built: tuple | None = None  # (weights version, dtype, layers, lm head)
+
+    @classmethod
+    def for_model(cls, model) -> DecodeStep | None:
+        """The step of `model` (one set of weights however many policies sample from it), or None where the
+        model is not one this step reproduces."""
+        if model not in cls._shared:
+            if not supported(model):
+                return None
+            cls._shared[model] = cls(model)
+        return cls._shared[model]
+
+    @property
+    def model(self):
+        return self._model()
+
+    def _parts(self):
+        """The concatenated (and packed) weights, made again whenever the model's weights change."""
+        model = self.model
+        key = (weights_version(model), next(model.parameters()).dtype, next(model.parameters()).device)
+        if self._built is None or self._built[0] != key:
+            packed = packing_available(model, self.pack_dtypes)
+            layers = [_Layer(layer, packed) for layer in model.model.layers]
+            self._built = (key, layers, _linear(model.lm_head.weight.detach(), packed))
+        return self._built[1], self._built[2]
+
+    def usable(self) -> bool:
+        """Autocast would change the dtypes the step computes in; the caller then keeps the model's forward."""
+        device = next(self.model.parameters()).device.type
+        return not torch.is_grad_enabled() and not torch.is_autocast_enabled(device)
+
+    def __call__(self, tokens, positions, mask, cache, shared_kv=None) -> torch.Tensor:
+        layers, lm_head = self._parts()
+        inner = self.model.model
+        rows, nh, nkv, d = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
+        x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
+        cos, sin = self._rotary(positions, x.dtype)
+        for i, layer in enumerate(layers):
+            qkv = layer.qkv(_rms_norm(x, layer.norm_in))
+            qk = qkv[..., : (nh + nkv) * d].view(rows, 1, nh + nkv, d).transpose(1, 2)
+            qk = (qk * cos) + (_rotate_half(qk) * sin)  # queries and keys turned together: elementwise, same bits
+            v = qkv[..., (nh + nkv) * d :].view(rows, 1, nkv, d).transpose(1, 2)
+            keys, values = cache.update(qk[:, nh:], v, i)
+            out = gqa_attention(
+                layer.attn, qk[:, :nh].contiguous(), keys, values, mask, scaling=layer.attn.scaling, shared_kv=shared_kv
+            )[0]
+            x = x + layer.o(out.reshape(rows, 1, -1))
+            gate_up = layer.gate_up(_rms_norm(x, layer.norm_post))
+            x = x + layer.down(F.silu(gate_up[..., : layer.inner]) * gate_up[..., layer.inner :])
+        return lm_head(_rms_norm(x, inner.norm))
+
+    def _rotary(self, positions: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """transformers' LlamaRotaryEmbedding for one position per row, (rows, 1, 1, head_dim) to broadcast over
+        heads."""
+        rotary = self.model.model.rotary_emb
+        inv = rotary.inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
+        freqs = (inv @ positions[:, None, None].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos() * rotary.attention_scaling, emb.sin() * rotary.attention_scaling
+        return cos.to(dtype)[:, None], sin.to(dtype)[:, None]
