@@ -48,6 +48,7 @@ from rich.table import Table
 
 from sead.config import build_scenario, load_config
 from sead.dialogue import AgentRequest, ChatTokens
+from sead.models.decode_step import DecodeStep
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import cpu_info, cpu_line
 from sead.policy.hf import HFPolicy, common_prefix_length
@@ -66,10 +67,13 @@ USER_LINES = (
 CURVES = (
     ("roofline", "roofline", "k--"),
     ("sead", "SEAD HFPolicy.sample", "o-"),
+    ("sead_forward", "SEAD, decoding through the model's forward", "v--"),
     ("sead_unpacked", "SEAD, weights not packed", "^:"),
     ("generate", "generate()", "s-"),
 )
-ARMS = ("sead", "sead_unpacked", "generate")  # sead_unpacked: the same sampling with F.linear (no oneDNN packs)
+# sead_forward: decoding steps through the transformers forward instead of SEAD's written-out step (DecodeStep);
+# sead_unpacked: the same sampling with F.linear (no oneDNN packs)
+ARMS = ("sead", "sead_forward", "sead_unpacked", "generate")
 REPLY = "<response>Sure, let me help you claim the credit.</response><stage>1</stage><status>0</status>"
 
 
@@ -173,16 +177,27 @@ def clock(sync=None) -> float:
 
 @contextmanager
 def forward_clock(model, sync=None):
-    """Collects (start, end) of every forward call of `model` into the list it yields; each read of the clock
-    first waits for the GPU (`sync`), so that each call's time is its own."""
+    """Collects (start, end) of every forward call of `model`, and of every decoding step SEAD runs without one
+    (`DecodeStep`), into the list it yields; each read of the clock first waits for the GPU (`sync`), so that each
+    call's time is its own."""
     calls, starts = [], []
     hooks = [
         model.register_forward_pre_hook(lambda *_: starts.append(clock(sync))),
         model.register_forward_hook(lambda *_: calls.append((starts.pop(), clock(sync)))),
     ]
+    step = DecodeStep.__call__
+
+    def timed_step(self, *args, **kwargs):
+        start = clock(sync)
+        out = step(self, *args, **kwargs)
+        calls.append((start, clock(sync)))
+        return out
+
+    DecodeStep.__call__ = timed_step
     try:
         yield calls
     finally:
+        DecodeStep.__call__ = step
         for h in hooks:
             h.remove()
 
@@ -326,8 +341,9 @@ def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> d
     no_eos = SimpleNamespace(eos_token_id=-1, pad_token_id=tok.pad_token_id)  # every row decodes `new` tokens
     requests = [AgentRequest(p, [], new, seed=i) for i, p in enumerate(prompts)]
 
-    def sead(pack: bool = True) -> int:
-        policy = HFPolicy(model, no_eos, SamplingConfig(temperature=0.0), turn_cache_mb=0, pack_weights=pack)
+    def sead(pack: bool = True, step: bool = True) -> int:
+        sampling = SamplingConfig(temperature=0.0)
+        policy = HFPolicy(model, no_eos, sampling, turn_cache_mb=0, pack_weights=pack, fast_decode=step)
         return sum(len(o.token_ids) for o in policy.sample(requests))  # nothing cached yet
 
     ids = torch.full((rows, width), tok.pad_token_id, dtype=torch.long)
@@ -346,7 +362,13 @@ def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> d
         finally:
             model.set_attn_implementation(own)
 
-    for name, run in (("sead", sead), ("sead_unpacked", lambda: sead(pack=False)), ("generate", generate)):
+    arms = {
+        "sead": sead,
+        "sead_forward": lambda: sead(step=False),
+        "sead_unpacked": lambda: sead(pack=False),
+        "generate": generate,
+    }
+    for name, run in arms.items():
         t = split_timing(model, run, new - 1, repeats)
         decode = {"tok_s": rows * (new - 1) / t["decode_s"], "s": t["decode_s"], "steps": new - 1}
         result["decode"][name] = decode | {"new_tokens": t["new_tokens"], "in_forward": t["decode_forward_share"]}
@@ -363,7 +385,7 @@ def score_rows(run: dict, bw: float, rate: float) -> None:
         d, p = run["decode"][name], run["prefill"][name]
         d["of_roofline"] = d["tok_s"] / run["decode"]["roofline"]["tok_s"]
         p["of_roofline"] = p["prompt_tok_s"] / run["prefill"]["roofline"]["tok_s"]
-        p["work_gflop_s"] = run["cost"]["prefill_work"][name.removesuffix("_unpacked")] / p["s"] / 1e9
+        p["work_gflop_s"] = run["cost"]["prefill_work"]["generate" if name == "generate" else "sead"] / p["s"] / 1e9
         p["work_of_matmul"] = p["work_gflop_s"] / rate
 
 
@@ -432,13 +454,14 @@ def print_tables(result: dict) -> None:
     decode = [
         [r["dtype"], str(r["rows"]), f"{r['prompt_tokens_mean']:.0f}"]
         + [fx(r["decode"][k]["tok_s"], r["decode"][k]["of_roofline"]) for k in ARMS]
-        + [f"{r['decode']['sead']['tok_s'] / r['decode']['sead_unpacked']['tok_s']:.2f}x"]
+        + [f"{r['decode']['sead']['tok_s'] / r['decode'][k]['tok_s']:.2f}x" for k in ("sead_forward", "sead_unpacked")]
         + [f"{r['decode']['roofline']['tok_s']:,.1f}", r["decode"]["roofline"]["bound"]]
         + [f"{100 * r['decode'][k]['in_forward']:.0f} %" for k in ("sead", "generate")]
         for r in runs
     ]
     columns = (
-        *("dtype", "rows", "prompt", "SEAD", "SEAD unpacked", "generate()", "packed/unpacked", "roofline", "bound"),
+        *("dtype", "rows", "prompt", "SEAD", "SEAD via forward", "SEAD unpacked", "generate()"),
+        *("step/forward", "packed/unpacked", "roofline", "bound"),
         *("SEAD in fwd", "gen() in fwd"),
     )
     console.print(add_rows(Table(title="decode tok/s (x roofline)", title_justify="left"), columns, decode))
@@ -450,8 +473,8 @@ def print_tables(result: dict) -> None:
         for r in runs
     ]
     columns = (
-        *("dtype", "rows", "SEAD", "SEAD unpacked", "generate()", "dense roofline", "bound"),
-        *("SEAD GFLOP/s", "unpacked GFLOP/s", "gen() GFLOP/s"),
+        *("dtype", "rows", "SEAD", "SEAD via forward", "SEAD unpacked", "generate()", "dense roofline", "bound"),
+        *("SEAD GFLOP/s", "via forward GFLOP/s", "unpacked GFLOP/s", "gen() GFLOP/s"),
     )
     title = "prefill prompt tok/s (x dense roofline); GFLOP/s of the work each ran (x matmul rate)"
     console.print(add_rows(Table(title=title, title_justify="left"), columns, prefill))
@@ -581,7 +604,8 @@ def main(argv: list[str] | None = None) -> dict:
                 d = runs[-1]["decode"]
                 progress.console.print(
                     f"{dtype} {n:>3} rows: decode tok/s SEAD {d['sead']['tok_s']:.1f} "
-                    f"(unpacked {d['sead_unpacked']['tok_s']:.1f}), generate() "
+                    f"(via forward {d['sead_forward']['tok_s']:.1f}, unpacked {d['sead_unpacked']['tok_s']:.1f}), "
+                    f"generate() "
                     f"{d['generate']['tok_s']:.1f}; prefill s SEAD {runs[-1]['prefill']['sead']['s']:.1f}, "
                     f"generate() {runs[-1]['prefill']['generate']['s']:.1f}"
                 )

@@ -32,7 +32,7 @@ def test_quick_run_reports_every_figure_against_its_roofline(tiny_model_dir, tmp
     ]
     new = result["settings"]["new_tokens"]
     for run in result["runs"]:
-        for name in ("sead", "sead_unpacked", "generate"):
+        for name in ("sead", "sead_forward", "sead_unpacked", "generate"):
             decode, prefill = run["decode"][name], run["prefill"][name]
             assert decode["new_tokens"] == run["rows"] * new, (run["dtype"], run["rows"], name)  # no early stop
             assert 0 < decode["in_forward"] <= 1 and positive(prefill["s"])  # the decode steps lie inside the decode
@@ -139,9 +139,10 @@ def test_the_peer_is_llama_cpp_at_its_faster_attention(monkeypatch):
 
 def test_decode_rates_are_set_against_the_llama_cpp_stream():
     roofline = load_benchmark("roofline")
-    run = {"decode": {"sead": {"tok_s": 600.0}, "sead_unpacked": {"tok_s": 300.0}, "generate": {"tok_s": 30.0}}}
+    rates = {"sead": 600.0, "sead_forward": 450.0, "sead_unpacked": 300.0, "generate": 30.0}
+    run = {"decode": {k: {"tok_s": v} for k, v in rates.items()}}
     roofline.against_peer(run, {"decode_tok_s": 150.0})
-    assert [run["decode"][k]["x_llama_cpp"] for k in roofline.ARMS] == [4.0, 2.0, 0.2]
+    assert [run["decode"][k]["x_llama_cpp"] for k in roofline.ARMS] == [4.0, 3.0, 2.0, 0.2]
 
 
 def test_llama_cpp_missing_or_against_another_model_is_named(monkeypatch, tiny_model_dir, capsys):

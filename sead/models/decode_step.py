@@ -35,11 +35,6 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
     return norm.weight * h.to(x.dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def _linear(weight: torch.Tensor, packed: bool):
     """`x -> x @ weight.T` as `PackedLinears` would compute it for a layer with this weight: from a oneDNN pack
     where that is bit-equal to `F.linear`, else `F.linear`."""
@@ -139,7 +134,9 @@ class DecodeStep:
         for i, layer in enumerate(layers):
             qkv = layer.qkv(_rms_norm(x, layer.norm_in))
             qk = qkv[..., : (nh + nkv) * d].view(rows, 1, nh + nkv, d).transpose(1, 2)
-            qk = (qk * cos) + (_rotate_half(qk) * sin)  # queries and keys turned together: elementwise, same bits
+            # queries and keys turned together; transformers' rotate_half(x) * sin is cat(-x2, x1) * sin, which is
+            # roll(x) * cat(-sin1, sin2) to the bit (a sign flip is exact): one roll for a slice, a negation and a cat
+            qk = (qk * cos) + (torch.roll(qk, d // 2, -1) * sin)
             v = qkv[..., (nh + nkv) * d :].view(rows, 1, nkv, d).transpose(1, 2)
             keys, values = cache.update(qk[:, nh:], v, i)
             out = gqa_attention(
@@ -152,10 +149,12 @@ class DecodeStep:
 
     def _rotary(self, positions: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """transformers' LlamaRotaryEmbedding for one position per row, (rows, 1, 1, head_dim) to broadcast over
-        heads."""
+        heads: cos, and sin with its first half negated."""
         rotary = self.model.model.rotary_emb
         inv = rotary.inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
         freqs = (inv @ positions[:, None, None].float()).transpose(1, 2)
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos() * rotary.attention_scaling, emb.sin() * rotary.attention_scaling
-        return cos.to(dtype)[:, None], sin.to(dtype)[:, None]
+        cos, sin = (emb.cos() * rotary.attention_scaling).to(dtype), (emb.sin() * rotary.attention_scaling).to(dtype)
+        half = sin.shape[-1] // 2
+        signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)  # for the rolled form above
+        return cos[:, None], signed[:, None]
