@@ -124,3 +124,10 @@ def test_autocast_and_gradients_keep_the_model_s_forward(model):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert not step.usable()
     assert not step.usable()  # with gradients on, the caller runs the model (the step builds no graph for them)
+    with torch.no_grad():
+        model[0].set_attn_implementation("sdpa")
+        try:
+            assert not step.usable()
+        finally:
+            use_gqa_attention(model[0])
+        assert step.usable()

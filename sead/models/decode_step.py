@@ -94,7 +94,7 @@ class DecodeStep:
         cfg = model.config
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
-        self._built: tuple | None = None  # (weights version, dtype, layers, lm head)
+        self._built: tuple | None = None  # ((weights version, dtype, device), layers, lm head)
 
     @classmethod
     def for_model(cls, model) -> DecodeStep | None:
@@ -121,9 +121,12 @@ class DecodeStep:
         return self._built[1], self._built[2]
 
     def usable(self) -> bool:
-        """Autocast would change the dtypes the step computes in; the caller then keeps the model's forward."""
+        """Autocast would change the dtypes the step computes in, and a model switched to another attention since
+        computes otherwise; the caller then keeps the model's forward."""
         device = next(self.model.parameters()).device.type
-        return not torch.is_grad_enabled() and not torch.is_autocast_enabled(device)
+        if torch.is_grad_enabled() or torch.is_autocast_enabled(device):
+            return False
+        return self.model.config._attn_implementation == ATTENTION
 
     def __call__(self, tokens, positions, mask, cache, shared_kv=None) -> torch.Tensor:
         layers, lm_head = self._parts()
