@@ -17,6 +17,7 @@ Only plain Llama decoder layers (SmolLM2's architecture) with SEAD's attention a
 from __future__ import annotations
 
 import weakref
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +25,7 @@ from torch import nn
 
 from sead.models.attention import NAME as ATTENTION
 from sead.models.attention import gqa_attention
-from sead.models.packed_linear import PACKED_DTYPES, packing_available
+from sead.models.packed_linear import PACKED_DTYPES, pack_weight, packed_forward, packing_available
 from sead.models.weights import weights_version
 
 
@@ -38,10 +39,7 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
 def _linear(weight: torch.Tensor, packed: bool):
     """`x -> x @ weight.T` as `PackedLinears` would compute it for a layer with this weight: from a oneDNN pack
     where that is bit-equal to `F.linear`, else `F.linear`."""
-    if not packed:
-        return lambda x: F.linear(x, weight)
-    pack = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-    return lambda x: torch.ops.mkldnn._linear_pointwise(x, pack, None, "none", [], "")
+    return partial(packed_forward, pack_weight(weight), None) if packed else partial(F.linear, weight=weight)
 
 
 def supported(model) -> bool:

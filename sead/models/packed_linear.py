@@ -32,7 +32,13 @@ def packing_available(model, dtypes=PACKED_DTYPES) -> bool:
     return param.dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
-def _packed_forward(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` (out, in) re-laid out once in oneDNN's blocked format, for `packed_forward`."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+
+def packed_forward(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` from `pack_weight(weight)`."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
@@ -64,7 +70,7 @@ class PackedLinears:
         key = (w.data_ptr(), w._version, tuple(w.shape), w.dtype)
         held = self._packs.get(name)
         if held is None or held[0] != key:
-            held = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), None))
+            held = (key, pack_weight(w))
             self._packs[name] = held
         return held[1]
 
@@ -80,7 +86,7 @@ class PackedLinears:
             for name, layer in self.model.named_modules():
                 if type(layer) is nn.Linear:  # subclasses (quantised, LoRA) keep their own forward
                     bias = layer.bias.detach() if layer.bias is not None else None
-                    layer.forward = partial(_packed_forward, self._pack(name, layer), bias)
+                    layer.forward = partial(packed_forward, self._pack(name, layer), bias)
                     swapped.append(layer)
             yield
         finally:
