@@ -126,8 +126,16 @@ class DecodeStep:
             return False
         return self.model.config._attn_implementation == ATTENTION
 
-    def __call__(self, tokens, positions, mask, cache, shared_kv=None) -> torch.Tensor:
+    def ready(self):
+        """The step for one sampling call: the weights' concatenations checked against the model here, once, not at
+        every step (nothing changes the weights during a call)."""
         layers, lm_head = self._parts()
+        return partial(self._step, layers, lm_head)
+
+    def __call__(self, tokens, positions, mask, cache, shared_kv=None) -> torch.Tensor:
+        return self.ready()(tokens, positions, mask, cache, shared_kv)
+
+    def _step(self, layers, lm_head, tokens, positions, mask, cache, shared_kv=None) -> torch.Tensor:
         inner = self.model.model
         rows, nh, nkv, d = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)

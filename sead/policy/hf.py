@@ -142,7 +142,7 @@ class HFPolicy(BatchingPolicy):
         live = list(range(rows))  # rows still sampling
         last_pos, col = pos[:, -1], C + S
         nxt = torch.full((rows,), pad, dtype=torch.long)
-        fast = self.decode_step if self.decode_step is not None and self.decode_step.usable() else None
+        fast = self.decode_step.ready() if self.decode_step is not None and self.decode_step.usable() else None
         for _ in range(max(limits)):
             logits = step_logits[live, -1].float().cpu()
             toks, lps = pick_tokens(logits, [gens[i] for i in live], self.sampling)
