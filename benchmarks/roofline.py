@@ -7,7 +7,9 @@ roofline of each workload from it, and measures SEAD beside plain transformers `
 - prefill: the same for running every row's whole prompt (dense: the SOP prompt once per row). SEAD runs the
   prompt the rows share once, so its prompt tok/s can pass 1x this roofline; its `work` figures count what it ran;
 - training forward + backward (`masked_logprobs`, a batch like benchmarks/train_step.py's): the flops it does
-  (about 6 x parameters per token with gradient, 2 x for the shared prompt run without) / the matmul rate.
+  (about 6 x parameters per token: the shared prompt runs once, but with gradient, since every row's attention
+  reads its keys and values) / the matmul rate; in each dtype's own weights, and for bf16 also as the trainer
+  runs it (fp32 master weights under bf16 autocast).
 Rows are the restaurant SOP prompt in the chat template plus a different short conversation each (built with
 the runner's ChatTokens), greedy, end-of-turn never stopping a row. Prefill and decode are told apart by timing
 every forward call (decode = the last new-tokens - 1 forwards, one token per row each, and what runs between).
@@ -38,7 +40,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -50,7 +52,7 @@ from sead.config import build_scenario, load_config
 from sead.dialogue import AgentRequest, ChatTokens
 from sead.models.decode_step import DecodeStep
 from sead.models.loading import ModelConfig, load_model
-from sead.models.precision import cpu_info, cpu_line
+from sead.models.precision import Precision, cpu_info, cpu_line
 from sead.policy.hf import HFPolicy, common_prefix_length
 from sead.policy.settings import SamplingConfig
 from sead.progress import progress_bar
@@ -389,9 +391,11 @@ def score_rows(run: dict, bw: float, rate: float) -> None:
         p["work_of_matmul"] = p["work_gflop_s"] / rate
 
 
-def measure_training(model, tok, shape: Shape, prompts, repeats: int) -> dict:
-    """`masked_logprobs` + backward, as the trainer runs a micro-batch: the shared prompt once without gradient,
-    every row's own tokens with it, the LM head only where agent tokens are predicted."""
+def measure_training(model, tok, shape: Shape, prompts, repeats: int, autocast=nullcontext) -> dict:
+    """`masked_logprobs` + backward, as the trainer runs a micro-batch: the shared prompt once (with gradient:
+    the backward goes through it to the weights that made its keys and values), every row's own tokens, the LM
+    head only where agent tokens are predicted. `autocast`: the context the forward runs in (the trainer's
+    `Precision.autocast` over fp32 master weights)."""
     reply = tok(REPLY, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     seqs = []
     for p in prompts:
@@ -401,13 +405,16 @@ def measure_training(model, tok, shape: Shape, prompts, repeats: int) -> dict:
 
     def step():
         model.zero_grad(set_to_none=True)
-        torch.cat(masked_logprobs(model, seqs, 1.0).logps).sum().backward()
+        with autocast():
+            logps = torch.cat(masked_logprobs(model, seqs, 1.0).logps)
+        logps.sum().backward()
 
     seconds = timed(step, repeats, synchronizer(model.device))
     model.zero_grad(set_to_none=True)
     shared = shared_prompt_length(seqs)
     width, agent = max(len(s.ids) for s in seqs) - shared, sum(int(s.mask.sum()) for s in seqs)
-    flops = shape.forward(shared, shared / 2, 0) + 3 * shape.forward(len(seqs) * width, shared + width / 2, agent)
+    # backward ~ 2 x forward for both parts (an upper bound by the prompt's last layer after its keys and values)
+    flops = 3 * (shape.forward(shared, shared / 2, 0) + shape.forward(len(seqs) * width, shared + width / 2, agent))
     tokens = sum(len(s.ids) for s in seqs)
     sizes = {"rows": len(seqs), "tokens": tokens, "agent_tokens": agent, "shared_prompt": shared, "flops": flops}
     return sizes | {"s": seconds, "tok_s": tokens / seconds, "gflop_s": flops / seconds / 1e9}
@@ -479,11 +486,11 @@ def print_tables(result: dict) -> None:
     title = "prefill prompt tok/s (x dense roofline); GFLOP/s of the work each ran (x matmul rate)"
     console.print(add_rows(Table(title=title, title_justify="left"), columns, prefill))
     train = [
-        [t["dtype"], str(t["rows"]), str(t["tokens"]), f"{t['s']:.2f}", f"{t['tok_s']:,.0f}"]
+        [t["dtype"], t["weights"], str(t["rows"]), str(t["tokens"]), f"{t['s']:.2f}", f"{t['tok_s']:,.0f}"]
         + [f"{t['roofline_tok_s']:,.0f}", fx(t["gflop_s"], t["of_roofline"])]
         for t in result["training"]
     ]
-    columns = ("dtype", "rows", "tokens", "s", "tok/s", "roofline tok/s", "GFLOP/s (x matmul)")
+    columns = ("dtype", "weights", "rows", "tokens", "s", "tok/s", "roofline tok/s", "GFLOP/s (x matmul)")
     console.print(add_rows(Table(title="training forward + backward", title_justify="left"), columns, train))
     if peer := result.get("llama_cpp"):
         title = (
@@ -611,10 +618,18 @@ def main(argv: list[str] | None = None) -> dict:
                 )
                 progress.advance(task, n + 4)
             progress.update(task, description=f"{dtype}, training")
-            training.append({"dtype": dtype, **measure_training(model, tok, shape, prompts[: args.train_rows], 2)})
-            progress.advance(task, 8)
+            train_prompts = prompts[: args.train_rows]
+            training.append({"dtype": dtype, "weights": dtype, **measure_training(model, tok, shape, train_prompts, 2)})
             del model
             gc.collect()
+            precision = Precision.for_training(dtype, args.device)
+            if precision.mixed:  # as the trainer runs it: fp32 master weights, the matmuls in `dtype`
+                model, _, _ = load_model(ModelConfig(**preset, dtype=precision.master, device=args.device))
+                t = measure_training(model, tok, shape, train_prompts, 2, precision.autocast)  # same flops
+                training.append({"dtype": dtype, "weights": precision.master, **t})
+                del model
+                gc.collect()
+            progress.advance(task, 8)
     if model_path:
         shutil.rmtree(model_path)
         label = f"random weights, architecture of {args.model}"

@@ -45,7 +45,12 @@ def test_quick_run_reports_every_figure_against_its_roofline(tiny_model_dir, tmp
             }
         assert run["prompt_tokens_mean"] > 1000  # the real SOP prompt, not a stand-in
 
-    assert sorted(t["dtype"] for t in result["training"]) == ["bfloat16", "float32"]
+    # bf16 twice: in bf16 weights, and as the trainer runs it (fp32 master weights under bf16 autocast)
+    assert sorted((t["dtype"], t["weights"]) for t in result["training"]) == [
+        ("bfloat16", "bfloat16"),
+        ("bfloat16", "float32"),
+        ("float32", "float32"),
+    ]
     for t in result["training"]:
         assert positive(t["tok_s"]) and positive(t["gflop_s"]) and positive(t["of_roofline"])
         assert t["agent_tokens"] > 0 and t["shared_prompt"] > 1000
