@@ -27,14 +27,25 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo names of native bf
 REPORTED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", *BF16_CPU_FLAGS, "amx_tile")
 
 
-def cpu_info() -> dict:
-    """The CPU's model name and the instruction-set flags that decide the fast paths (Linux /proc/cpuinfo)."""
+def _cpuinfo_fields() -> dict[str, str]:
+    """The first CPU's fields in Linux /proc/cpuinfo (empty elsewhere)."""
     fields: dict[str, str] = {}
     cpuinfo = Path("/proc/cpuinfo")
     for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
+    return fields
+
+
+def cpu_flags(fields: dict[str, str] | None = None) -> set[str]:
+    """The CPU's instruction-set flags, by their /proc/cpuinfo names."""
+    return set((fields if fields is not None else _cpuinfo_fields()).get("flags", "").split())
+
+
+def cpu_info() -> dict:
+    """The CPU's model name and the instruction-set flags that decide the fast paths (Linux /proc/cpuinfo)."""
+    fields = _cpuinfo_fields()
+    flags = cpu_flags(fields)
     return {
         "model": fields.get("model name", platform.processor()),
         "family_model": f"{fields.get('cpu family', '?')}/{fields.get('model', '?')}",

@@ -1,0 +1,229 @@
+// Single-query attention over each row's own keys and values, for decoding steps in bf16 on CPUs with
+// AVX512-BF16 (sead/models/fused_attention.py builds and loads it).
+//
+// A decoding step has one query per row and 3 query heads per key/value head. As batched matmuls (one per row and
+// key/value head, 3 query rows each) oneDNN's bf16 kernel takes about 3x the time of reading the keys once, and the
+// fp32 softmax between the two matmuls adds as much again (benchmarks/RESULTS.md). Here each (row, key/value head)
+// is one task: the keys of its valid positions are read once for all its query heads (bf16 dot products with fp32
+// sums), the softmax runs on a small scratch buffer, and the values are read once. Positions outside the first and
+// last valid one of a row (left padding, room reserved for tokens not decoded yet) are never read, nor are the
+// values of masked positions between them.
+//
+// Returned unnormalised, so the caller can merge this part with another (the shared prefix's) by their maxima:
+// out = sum_j exp(scale * (s_j - m)) v_j, m = max_j s_j, l = sum_j exp(scale * (s_j - m)), s_j = q . k_j.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int kBlock = 16;  // keys per block: one AVX-512 register of scores
+
+// e^x for 16 floats: range reduction by ln 2 and a degree-6 polynomial (Cephes' expf), 2^n applied by scalef.
+// Inputs below -87.3 (and -inf) give 0; relative error about 2e-7 elsewhere (tested against torch.exp).
+inline __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3365447505531f);
+  const __mmask16 zero = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3762626647949f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero), _mm512_scalef_ps(y, n));
+}
+
+// The 16 lane sums of a[0..15], lane i = sum of a[i]: a transpose-and-add tree (45 instructions against 16
+// horizontal reductions of about 10 each).
+inline __m512 sum_lanes16(const __m512* a) {
+  __m512 b[8], c[4];
+  for (int i = 0; i < 8; ++i)  // per 128-bit chunk: [a2i 0+2, a2i+1 0+2, a2i 1+3, a2i+1 1+3]
+    b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)  // per chunk: the chunk's sum of a4i .. a4i+3
+    c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+  const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+  const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
+}
+
+inline __m512bh load_bf16x32(const at::BFloat16* p) {
+  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+}
+
+// 16 bf16 -> 16 floats (a bf16 is the top half of a float)
+inline __m512 widen16(const at::BFloat16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+struct Task {
+  const at::BFloat16* q;  // (group, dim)
+  const at::BFloat16* k;  // (positions, dim), row stride ks
+  const at::BFloat16* v;  // (positions, dim), row stride vs
+  int64_t ks, vs;
+  int64_t first, last;  // valid positions: [first, last)
+  const bool* mask;     // per position, or nullptr (all valid)
+  float* out;           // (group, dim)
+  float* m;             // (group)
+  float* l;             // (group)
+};
+
+template <int DIM>
+void run_task(const Task& t, int group, float scale, std::vector<float>& scratch) {
+  constexpr int kChunks = DIM / 32;  // bf16 pairs per dot product step
+  constexpr int kLanes = DIM / 16;   // fp32 registers per output row
+  const int64_t n = t.last - t.first;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int g = 0; g < group; ++g) {
+    t.m[g] = neg_inf;
+    t.l[g] = 0.f;
+    for (int d = 0; d < DIM; ++d) t.out[g * DIM + d] = 0.f;
+  }
+  if (n <= 0) return;
+  const int64_t padded = (n + kBlock - 1) / kBlock * kBlock;
+  scratch.resize(static_cast<size_t>(group * padded));
+  // scores, -inf where masked
+  for (int g = 0; g < group; ++g) {
+    __m512bh q[kChunks];
+    for (int c = 0; c < kChunks; ++c) q[c] = load_bf16x32(t.q + g * DIM + 32 * c);
+    float* s = scratch.data() + g * padded;
+    __m512 top = _mm512_set1_ps(neg_inf);
+    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+      const int count = static_cast<int>(std::min<int64_t>(kBlock, n - j0));
+      __m512 acc[kBlock];
+      for (int jj = 0; jj < kBlock; ++jj) {
+        acc[jj] = _mm512_setzero_ps();
+        if (jj < count) {
+          const at::BFloat16* key = t.k + (t.first + j0 + jj) * t.ks;
+          for (int c = 0; c < kChunks; ++c) acc[jj] = _mm512_dpbf16_ps(acc[jj], q[c], load_bf16x32(key + 32 * c));
+        }
+      }
+      __mmask16 valid = static_cast<__mmask16>((1u << count) - 1u);
+      if (t.mask) {
+        __mmask16 m = 0;
+        for (int jj = 0; jj < count; ++jj) m |= static_cast<__mmask16>(t.mask[t.first + j0 + jj]) << jj;
+        valid &= m;
+      }
+      const __m512 scores = _mm512_mask_blend_ps(valid, _mm512_set1_ps(neg_inf), sum_lanes16(acc));
+      top = _mm512_max_ps(top, scores);
+      _mm512_storeu_ps(s + j0, scores);
+    }
+    const float m = _mm512_reduce_max_ps(top);
+    t.m[g] = m;
+    if (m == neg_inf) continue;  // no valid position: weight 0
+    const __m512 shift = _mm512_set1_ps(m), scl = _mm512_set1_ps(scale);
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t j0 = 0; j0 < padded; j0 += kBlock) {
+      const __m512 p = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j0), shift), scl));
+      total = _mm512_add_ps(total, p);
+      _mm512_storeu_ps(s + j0, p);
+    }
+    t.l[g] = _mm512_reduce_add_ps(total);
+  }
+  // weighted values, all query heads of the group in one pass over the values
+  constexpr int kMaxGroup = 4;
+  for (int g0 = 0; g0 < group; g0 += kMaxGroup) {
+    const int gs = std::min(kMaxGroup, group - g0);
+    __m512 acc[kMaxGroup][kLanes];
+    for (int g = 0; g < kMaxGroup; ++g)
+      for (int c = 0; c < kLanes; ++c) acc[g][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      if (t.mask && !t.mask[t.first + j]) continue;  // a masked value is never read (it may be anything, NaN too)
+      const at::BFloat16* val = t.v + (t.first + j) * t.vs;
+      __m512 vf[kLanes];
+      for (int c = 0; c < kLanes; ++c) vf[c] = widen16(val + 16 * c);
+      for (int g = 0; g < gs; ++g) {
+        const __m512 p = _mm512_set1_ps(scratch[(g0 + g) * padded + j]);
+        for (int c = 0; c < kLanes; ++c) acc[g][c] = _mm512_fmadd_ps(p, vf[c], acc[g][c]);
+      }
+    }
+    for (int g = 0; g < gs; ++g)
+      if (t.m[g0 + g] != neg_inf)
+        for (int c = 0; c < kLanes; ++c) _mm512_storeu_ps(t.out + (g0 + g) * DIM + 16 * c, acc[g][c]);
+  }
+}
+
+// query (rows, kv heads, group, dim) bf16; key/value (rows, kv heads, positions, dim) bf16 with unit stride in
+// dim; valid (rows, positions) bool or an empty tensor. -> (out (rows, kv, group, dim), m, l (rows, kv, group)) fp32
+std::tuple<at::Tensor, at::Tensor, at::Tensor> single_query_attention(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const at::Tensor& valid, double scale) {
+  TORCH_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4, "query, key and value must be 4-d");
+  TORCH_CHECK(query.scalar_type() == at::kBFloat16 && key.scalar_type() == at::kBFloat16 &&
+                  value.scalar_type() == at::kBFloat16,
+              "single_query_attention takes bf16 tensors");
+  const int64_t rows = query.size(0), kv = query.size(1), group = query.size(2), dim = query.size(3);
+  const int64_t positions = key.size(2);
+  TORCH_CHECK(key.size(0) == rows && key.size(1) == kv && key.size(3) == dim, "key shape does not match query");
+  TORCH_CHECK(value.sizes() == key.sizes(), "value shape does not match key");
+  TORCH_CHECK(key.stride(3) == 1 && value.stride(3) == 1, "key/value need unit stride in the head dimension");
+  TORCH_CHECK(dim == 64 || dim == 128, "head dimension must be 64 or 128, not ", dim);
+  const bool masked = valid.numel() > 0;
+  TORCH_CHECK(!masked || (valid.scalar_type() == at::kBool && valid.dim() == 2 && valid.size(0) == rows &&
+                          valid.size(1) == positions && valid.is_contiguous()),
+              "valid must be a contiguous (rows, positions) bool tensor");
+  const at::Tensor q = query.contiguous();
+  auto f32 = query.options().dtype(at::kFloat);
+  at::Tensor out = at::empty({rows, kv, group, dim}, f32);
+  at::Tensor m = at::empty({rows, kv, group}, f32), l = at::empty({rows, kv, group}, f32);
+  std::vector<int64_t> first(rows, 0), last(rows, positions);
+  if (masked) {
+    const bool* v = valid.data_ptr<bool>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool* row = v + r * positions;
+      int64_t a = 0, b = positions;
+      while (a < b && !row[a]) ++a;
+      while (b > a && !row[b - 1]) --b;
+      first[r] = a;
+      last[r] = b;
+    }
+  }
+  const auto* qp = q.data_ptr<at::BFloat16>();
+  const auto* kp = key.data_ptr<at::BFloat16>();
+  const auto* vp = value.data_ptr<at::BFloat16>();
+  const bool* mp = masked ? valid.data_ptr<bool>() : nullptr;
+  float *op = out.data_ptr<float>(), *mm = m.data_ptr<float>(), *lp = l.data_ptr<float>();
+  const float s = static_cast<float>(scale);
+  at::parallel_for(0, rows * kv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = i / kv, h = i % kv;
+      Task t{qp + i * group * dim,
+             kp + r * key.stride(0) + h * key.stride(1),
+             vp + r * value.stride(0) + h * value.stride(1),
+             key.stride(2),
+             value.stride(2),
+             first[r],
+             last[r],
+             mp ? mp + r * positions : nullptr,
+             op + i * group * dim,
+             mm + i * group,
+             lp + i * group};
+      if (dim == 64)
+        run_task<64>(t, static_cast<int>(group), s, scratch);
+      else
+        run_task<128>(t, static_cast<int>(group), s, scratch);
+    }
+  });
+  return {out, m, l};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(sead, lib) {
+  lib.def("single_query_attention(Tensor query, Tensor key, Tensor value, Tensor valid, float scale) -> "
+          "(Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(sead, CPU, lib) { lib.impl("single_query_attention", &single_query_attention); }

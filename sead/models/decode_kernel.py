@@ -1,0 +1,125 @@
+"""The compiled single-query attention kernel (`csrc/single_query_attention.cpp`): built once per machine, cached,
+loaded on first use.
+
+A decoding step's attention over each row's own keys and values is, with torch's operators, two batched matmuls of
+3 query rows each plus an fp32 softmax between them; the kernel reads the keys and values once per row and key/value
+head and skips the positions a row does not use (`benchmarks/RESULTS.md`). It needs AVX512-BF16 (it serves only
+bf16 models, the precision SEAD picks on such CPUs) and a C++ compiler.
+
+Built with the system's compiler against torch's headers in a private temporary folder (no lock that a killed
+process could leave behind), then renamed into `$SEAD_CACHE_DIR/kernels/` under a name keyed on the source, the
+compiler call and torch's version, so a stale or foreign build is never loaded. Anything that fails (no compiler,
+another CPU, a file that does not load) leaves a warning and the matmul path. `SEAD_DECODE_KERNEL=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from sead.models.precision import cpu_flags
+
+SOURCE = Path(__file__).parent / "csrc" / "single_query_attention.cpp"
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma"]
+NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")  # /proc/cpuinfo names of the flags above
+ENV = "SEAD_DECODE_KERNEL"
+BUILD_TIMEOUT_S = 300  # a compiler that hangs must not hang the run: past this, the matmul path
+
+_loaded: dict[str, object] = {}  # "op": the operator or None, once decided in this process
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SEAD_CACHE_DIR", Path.home() / ".cache" / "sead")) / "kernels"
+
+
+def build_key() -> str:
+    """What the library depends on: the source, the compiler call (flags, torch's headers) and torch's version."""
+    text = SOURCE.read_bytes() + " ".join(compile_command(Path("-"))).encode() + torch.__version__.encode()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def cpu_supports() -> bool:
+    return set(NEEDED) <= cpu_flags()
+
+
+def compile_command(output: Path) -> list[str]:
+    """The compiler call that builds the kernel into `output`. OpenMP as torch's own (`at::parallel_for` then runs
+    on torch's thread team): the library's `libgomp.so.1` is torch's, already loaded in the process."""
+    from torch.utils.cpp_extension import include_paths, library_paths
+
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cmd = [os.environ.get("CXX", "c++"), *FLAGS, "-fopenmp", "-fPIC", "-shared", "-std=c++20"]
+    cmd += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-I{p}" for p in include_paths()), str(SOURCE), "-o", str(output)]
+    for lib in library_paths():
+        cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}"]
+    return [*cmd, "-lc10", "-ltorch_cpu"]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _build(target: Path) -> None:
+    """Compile into a fresh temporary folder, then rename the library to `target` and its sha256 beside it: a build
+    cut short leaves nothing another process could load, and a file changed since (truncated, overwritten), whose
+    loading could crash the process rather than raise, is told apart by its digest before it is loaded."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        done = subprocess.run(compile_command(built), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        if done.returncode:
+            raise RuntimeError(f"the compiler failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+        digest = Path(tmp) / "sha256"
+        digest.write_text(_digest(built))
+        os.replace(built, target)
+        os.replace(digest, _digest_file(target))
+
+
+def _digest_file(target: Path) -> Path:
+    return target.with_suffix(".sha256")
+
+
+def _intact(target: Path) -> bool:
+    """The library is there and is the file its build wrote."""
+    digest = _digest_file(target)
+    return target.exists() and digest.exists() and digest.read_text().strip() == _digest(target)
+
+
+def single_query_attention():
+    """`torch.ops.sead.single_query_attention`, built and loaded on first call; None where it cannot be used here."""
+    if "op" not in _loaded:
+        _loaded["op"] = _load()
+    return _loaded["op"]
+
+
+def _registered():
+    """The operator, if a library of this process registered it already."""
+    try:
+        return torch.ops.sead.single_query_attention
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _load():
+    if os.environ.get(ENV, "1") == "0" or not cpu_supports():
+        return None
+    if (op := _registered()) is not None:
+        return op
+    target = cache_root() / f"single_query_attention-{build_key()}.so"
+    try:
+        if not _intact(target):
+            print(f"[sead] building the decoding attention kernel in {target.parent} (once, ~15 s)", file=sys.stderr)
+            _build(target)
+        torch.ops.load_library(str(target))
+        return torch.ops.sead.single_query_attention
+    except Exception as e:  # noqa: BLE001 - any failure means the matmul path, which is always correct
+        warnings.warn(f"the decoding attention kernel is not used ({type(e).__name__}: {e}); "
+                      f"decoding takes the matmul path", stacklevel=2)  # fmt: skip
+        return None
