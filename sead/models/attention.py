@@ -76,12 +76,13 @@ def _own_part(op, query, key, value, mask, scale):
 
 def _single_query(query, key, value, mask, scaling):
     b, heads, _, dim = query.shape
+    scale = scaling if scaling is not None else dim**-0.5
     if (op := _kernel(query, key)) is not None:
-        out, _, total = _own_part(op, query, key, value, mask, scaling if scaling is not None else dim**-0.5)
+        out, _, total = _own_part(op, query, key, value, mask, scale)
         return (out / total.unsqueeze(-1)).to(query.dtype).view(b, 1, heads, dim)
     kv_heads, keys = key.shape[1], key.shape[2]
     q = query.view(b, kv_heads, heads // kv_heads, dim)  # the query heads that share a key/value head
-    scores = torch.matmul(q, key.transpose(-1, -2)).float() * (scaling if scaling is not None else dim**-0.5)
+    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale
     if mask is not None:
         scores = scores.masked_fill(~mask.view(b, 1, 1, keys), float("-inf"))
     out = torch.matmul(torch.softmax(scores, dim=-1).to(value.dtype), value)

@@ -14,6 +14,7 @@ another CPU, a file that does not load) leaves a warning and the matmul path. `S
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import subprocess
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from sead.cache_dir import sead_cache_dir
 from sead.models.precision import cpu_flags
 
 SOURCE = Path(__file__).parent / "csrc" / "single_query_attention.cpp"
@@ -32,11 +34,9 @@ NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")  # /proc
 ENV = "SEAD_DECODE_KERNEL"
 BUILD_TIMEOUT_S = 300  # a compiler that hangs must not hang the run: past this, the matmul path
 
-_loaded: dict[str, object] = {}  # "op": the operator or None, once decided in this process
-
 
 def cache_root() -> Path:
-    return Path(os.environ.get("SEAD_CACHE_DIR", Path.home() / ".cache" / "sead")) / "kernels"
+    return sead_cache_dir() / "kernels"
 
 
 def build_key() -> str:
@@ -92,11 +92,11 @@ def _intact(target: Path) -> bool:
     return target.exists() and digest.exists() and digest.read_text().strip() == _digest(target)
 
 
+@functools.cache
 def single_query_attention():
-    """`torch.ops.sead.single_query_attention`, built and loaded on first call; None where it cannot be used here."""
-    if "op" not in _loaded:
-        _loaded["op"] = _load()
-    return _loaded["op"]
+    """`torch.ops.sead.single_query_attention`, built and loaded on first call; None where it cannot be used here.
+    Decided once per process."""
+    return _load()
 
 
 def _registered():

