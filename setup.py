@@ -16,7 +16,7 @@ setup(
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["sead", "sead.*"]),
     install_requires=requirements("requirements.txt"),
-    package_data={"sead.eval": ["templates/*.j2"], "sead.models": ["csrc/*.cpp"]},
+    package_data={"sead.eval": ["templates/*.j2"], "sead.models": ["csrc/*.cpp", "csrc/*.h"]},
     # playwright drives Debian's chromium (scripts/test.sh installs it) in the report test; no browser download.
     extras_require={
         "test": ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3", "playwright>=1.45", "ruff>=0.8"],

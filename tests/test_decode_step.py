@@ -11,6 +11,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from sead.dialogue import AgentRequest
+from sead.models import decode_step
 from sead.models.attention import use_gqa_attention
 from sead.models.decode_step import DecodeStep, supported
 from sead.policy.hf import HFPolicy, prompt_mask
@@ -25,11 +26,18 @@ def model(request, tiny):
     return copy.deepcopy(tiny[0]).to(getattr(torch, request.param)), tiny[1]
 
 
+@pytest.fixture(autouse=True)
+def onednn_linears(monkeypatch):
+    """The small-rows kernel (tested in test_small_rows_linear.py) sums in another order than oneDNN; bits are
+    compared here with oneDNN's linears."""
+    monkeypatch.setattr(decode_step, "USE_SMALL_ROWS", False)
+
+
 @torch.no_grad()
-def test_one_step_gives_the_forward_s_logits_and_cache_bit_for_bit(model):
-    model, _ = model
-    torch.manual_seed(0)
-    rows, prompt, capacity = 3, 7, 12
+def one_step(model, rows=3, prompt=7, capacity=12, seed=0):
+    """One decoding token per row after a prompt (one row left-padded), through the model's forward and through
+    `DecodeStep`: (forward logits, step logits, forward cache, step cache)."""
+    torch.manual_seed(seed)
     ids = torch.randint(0, 500, (rows, prompt))
     attn = torch.zeros((rows, capacity), dtype=torch.bool)
     attn[:, :prompt] = True
@@ -42,7 +50,7 @@ def test_one_step_gives_the_forward_s_logits_and_cache_bit_for_bit(model):
         model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
         caches.append(cache)
     attn[:, prompt] = True
-    token, position = torch.tensor([5, 17, 400]), pos[:, -1] + 1
+    token, position = torch.randint(0, 500, (rows,)), pos[:, -1] + 1
     want = model(
         input_ids=token[:, None],
         attention_mask=attn[:, None, None, :],
@@ -51,8 +59,13 @@ def test_one_step_gives_the_forward_s_logits_and_cache_bit_for_bit(model):
         use_cache=True,
     ).logits
     got = DecodeStep.for_model(model)(token, position, attn[:, None, None, :], caches[1])
+    return want, got, caches[0], caches[1]
+
+
+def test_one_step_gives_the_forward_s_logits_and_cache_bit_for_bit(model):
+    want, got, cache, step_cache = one_step(model[0])
     assert torch.equal(got, want)
-    for a, b in zip(caches[0].layers, caches[1].layers):
+    for a, b in zip(cache.layers, step_cache.layers):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 
 

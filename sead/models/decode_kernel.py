@@ -1,15 +1,18 @@
-"""The compiled single-query attention kernel (`csrc/single_query_attention.cpp`): built once per machine, cached,
-loaded on first use.
+"""SEAD's compiled decoding kernels (`csrc/`): each built once per machine, cached, loaded on first use.
 
-A decoding step's attention over each row's own keys and values is, with torch's operators, two batched matmuls of
-3 query rows each plus an fp32 softmax between them; the kernel reads the keys and values once per row and key/value
-head and skips the positions a row does not use (`benchmarks/RESULTS.md`). It needs AVX512-BF16 (it serves only
-bf16 models, the precision SEAD picks on such CPUs) and a C++ compiler.
+- `single_query_attention`: a decoding step's attention over each row's own keys and values. With torch's operators
+  it is two batched matmuls of 3 query rows each plus an fp32 softmax between them; the kernel reads the keys and
+  values once per row and key/value head and skips the positions a row does not use.
+- `small_rows_linear`: a linear layer at the 1-4 rows of a decoding step's tail, from a weight packed once
+  (`pack_small_rows`), streaming it at 0.6-0.7 of the machine's bandwidth where oneDNN reads 0.5-0.6 of it.
+
+Both need AVX512-BF16 (they serve only bf16 models, the precision SEAD picks on such CPUs) and a C++ compiler
+(`benchmarks/RESULTS.md` has their measurements).
 
 Built with the system's compiler against torch's headers in a private temporary folder (no lock that a killed
 process could leave behind), then renamed into `$SEAD_CACHE_DIR/kernels/` under a name keyed on the source, the
 compiler call and torch's version, so a stale or foreign build is never loaded. Anything that fails (no compiler,
-another CPU, a file that does not load) leaves a warning and the matmul path. `SEAD_DECODE_KERNEL=0` turns it off.
+another CPU, a file that does not load) leaves a warning and torch's operators. `SEAD_DECODE_KERNEL=0` turns both off.
 """
 
 from __future__ import annotations
@@ -28,20 +31,23 @@ import torch
 from sead.cache_dir import sead_cache_dir
 from sead.models.precision import cpu_flags
 
-SOURCE = Path(__file__).parent / "csrc" / "single_query_attention.cpp"
+CSRC = Path(__file__).parent / "csrc"
+KERNELS = {"single_query_attention": "decoding attention", "small_rows_linear": "small-rows linear"}  # what for
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma"]
 NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")  # /proc/cpuinfo names of the flags above
 ENV = "SEAD_DECODE_KERNEL"
-BUILD_TIMEOUT_S = 300  # a compiler that hangs must not hang the run: past this, the matmul path
+BUILD_TIMEOUT_S = 300  # a compiler that hangs must not hang the run: past this, torch's operators
 
 
 def cache_root() -> Path:
     return sead_cache_dir() / "kernels"
 
 
-def build_key() -> str:
-    """What the library depends on: the source, the compiler call (flags, torch's headers) and torch's version."""
-    text = SOURCE.read_bytes() + " ".join(compile_command(Path("-"))).encode() + torch.__version__.encode()
+def build_key(name: str) -> str:
+    """What a library depends on: its source and the shared headers, the compiler call (flags, torch's headers) and
+    torch's version."""
+    text = b"".join(p.read_bytes() for p in [CSRC / f"{name}.cpp", *sorted(CSRC.glob("*.h"))])
+    text += " ".join(compile_command(name, Path("-"))).encode() + torch.__version__.encode()
     return hashlib.sha256(text).hexdigest()[:16]
 
 
@@ -49,14 +55,15 @@ def cpu_supports() -> bool:
     return set(NEEDED) <= cpu_flags()
 
 
-def compile_command(output: Path) -> list[str]:
-    """The compiler call that builds the kernel into `output`. OpenMP as torch's own (`at::parallel_for` then runs
+def compile_command(name: str, output: Path) -> list[str]:
+    """The compiler call that builds kernel `name` into `output`. OpenMP as torch's own (`at::parallel_for` then runs
     on torch's thread team): the library's `libgomp.so.1` is torch's, already loaded in the process."""
     from torch.utils.cpp_extension import include_paths, library_paths
 
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = [os.environ.get("CXX", "c++"), *FLAGS, "-fopenmp", "-fPIC", "-shared", "-std=c++20"]
-    cmd += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-I{p}" for p in include_paths()), str(SOURCE), "-o", str(output)]
+    cmd += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-I{p}" for p in include_paths())]
+    cmd += [str(CSRC / f"{name}.cpp"), "-o", str(output)]
     for lib in library_paths():
         cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}"]
     return [*cmd, "-lc10", "-ltorch_cpu"]
@@ -66,14 +73,14 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _build(target: Path) -> None:
+def _build(name: str, target: Path) -> None:
     """Compile into a fresh temporary folder, then rename the library to `target` and its sha256 beside it: a build
     cut short leaves nothing another process could load, and a file changed since (truncated, overwritten), whose
     loading could crash the process rather than raise, is told apart by its digest before it is loaded."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
         built = Path(tmp) / target.name
-        done = subprocess.run(compile_command(built), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        done = subprocess.run(compile_command(name, built), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if done.returncode:
             raise RuntimeError(f"the compiler failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
         digest = Path(tmp) / "sha256"
@@ -93,33 +100,51 @@ def _intact(target: Path) -> bool:
 
 
 @functools.cache
+def kernel(name: str):
+    """`torch.ops.sead.<name>` (one of `KERNELS`), built and loaded on first call; None where it cannot be used
+    here. Decided once per process."""
+    return _load(name)
+
+
 def single_query_attention():
-    """`torch.ops.sead.single_query_attention`, built and loaded on first call; None where it cannot be used here.
-    Decided once per process."""
-    return _load()
+    return kernel("single_query_attention")
 
 
-def _registered():
+def small_rows_linear():
+    return kernel("small_rows_linear")
+
+
+def pack_small_rows(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` (out, in) in `small_rows_linear`'s layout, zero-padded to whole blocks: blocks of 16 output rows,
+    each as 4 sub-blocks of 4 rows contiguous over all inputs in chunks of 32, (blocks, 4, chunks, 4, 32)."""
+    out, inputs = weight.shape
+    blocks, chunks = -(-out // 16), -(-inputs // 32)
+    padded = weight.detach().new_zeros((blocks * 16, chunks * 32))
+    padded[:out, :inputs] = weight.detach()
+    return padded.view(blocks, 4, 4, chunks, 32).transpose(2, 3).contiguous()
+
+
+def _registered(name: str):
     """The operator, if a library of this process registered it already."""
     try:
-        return torch.ops.sead.single_query_attention
+        return getattr(torch.ops.sead, name)
     except (AttributeError, RuntimeError):
         return None
 
 
-def _load():
+def _load(name: str):
     if os.environ.get(ENV, "1") == "0" or not cpu_supports():
         return None
-    if (op := _registered()) is not None:
+    if (op := _registered(name)) is not None:
         return op
-    target = cache_root() / f"single_query_attention-{build_key()}.so"
+    target = cache_root() / f"{name}-{build_key(name)}.so"
     try:
         if not _intact(target):
-            print(f"[sead] building the decoding attention kernel in {target.parent} (once, ~15 s)", file=sys.stderr)
-            _build(target)
+            print(f"[sead] building the {KERNELS[name]} kernel in {target.parent} (once, ~15 s)", file=sys.stderr)
+            _build(name, target)
         torch.ops.load_library(str(target))
-        return torch.ops.sead.single_query_attention
-    except Exception as e:  # noqa: BLE001 - any failure means the matmul path, which is always correct
-        warnings.warn(f"the decoding attention kernel is not used ({type(e).__name__}: {e}); "
-                      f"decoding takes the matmul path", stacklevel=2)  # fmt: skip
+        return getattr(torch.ops.sead, name)
+    except Exception as e:  # noqa: BLE001 - any failure means torch's own operators, which are always correct
+        warnings.warn(f"the {KERNELS[name]} kernel is not used ({type(e).__name__}: {e}); "
+                      f"decoding takes torch's operators", stacklevel=2)  # fmt: skip
         return None

@@ -8,7 +8,9 @@ matmul and the gate and up projections another (their weights concatenated once 
 would pack them, packed for oneDNN), the rotary embedding turns queries and keys in one pass, and no hooks, module
 calls or output objects run. Each elementwise operation is transformers' own, in the same dtype and order, so a
 step gives the logits of the transformers forward (tests compare them bit for bit); prompt positions keep the
-transformers path.
+transformers path. On CPUs with AVX512-BF16 a bf16 step's linear layers at <= `SMALL_ROWS` rows take the compiled
+small-rows kernel instead of oneDNN (`decode_kernel.py`): fp32 sums as oneDNN's, added in another order, so its
+logits are not oneDNN's bits (tested to be as close to fp64); `USE_SMALL_ROWS = False` gives oneDNN's.
 
 Only plain Llama decoder layers (SmolLM2's architecture) with SEAD's attention are taken; for anything else
 `DecodeStep.for_model` answers None and the caller keeps the model's own forward.
@@ -25,6 +27,7 @@ from torch import nn
 
 from sead.models.attention import NAME as ATTENTION
 from sead.models.attention import gqa_attention
+from sead.models.decode_kernel import pack_small_rows, small_rows_linear
 from sead.models.packed_linear import PACKED_DTYPES, pack_weight, packed_forward, packing_available
 from sead.models.weights import weights_version
 
@@ -36,10 +39,30 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
     return norm.weight * h.to(x.dtype)
 
 
+SMALL_ROWS = 4  # where the kernel's gain ends (benchmarks/small_rows_linear.py: 1.1-1.3x at 1-4 rows, ~1x at 8)
+USE_SMALL_ROWS = True
+
+
 def _linear(weight: torch.Tensor, packed: bool):
     """`x -> x @ weight.T` as `PackedLinears` would compute it for a layer with this weight: from a oneDNN pack
-    where that is bit-equal to `F.linear`, else `F.linear`."""
-    return partial(packed_forward, pack_weight(weight), None) if packed else partial(F.linear, weight=weight)
+    where that is bit-equal to `F.linear`, else `F.linear`; at few rows the small-rows kernel where it runs."""
+    if not packed:
+        return partial(F.linear, weight=weight)
+    large = partial(packed_forward, pack_weight(weight), None)
+    op = small_rows_linear() if weight.dtype == torch.bfloat16 else None
+    return large if op is None else _SmallRowsOr(large, op, pack_small_rows(weight), weight.shape[0])
+
+
+class _SmallRowsOr:
+    """The compiled small-rows kernel up to `SMALL_ROWS` rows of x, `large` above."""
+
+    def __init__(self, large, op, packed: torch.Tensor, out: int):
+        self.large, self.op, self.packed, self.out = large, op, packed, out
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if USE_SMALL_ROWS and x.numel() <= SMALL_ROWS * x.shape[-1]:
+            return self.op(x, self.packed, self.out)
+        return self.large(x)
 
 
 def supported(model) -> bool:

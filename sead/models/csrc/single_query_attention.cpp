@@ -16,11 +16,17 @@
 #include <immintrin.h>
 #include <torch/library.h>
 
+#include "avx512_bf16.h"
+
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 namespace {
+
+using sead::load_bf16x32;
+using sead::sum_lanes16;
+using sead::widen16;
 
 constexpr int kBlock = 16;  // keys per block: one AVX-512 register of scores
 
@@ -44,30 +50,6 @@ inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero), _mm512_scalef_ps(y, n));
 }
 
-// The 16 lane sums of a[0..15], lane i = sum of a[i]: a transpose-and-add tree (45 instructions against 16
-// horizontal reductions of about 10 each).
-inline __m512 sum_lanes16(const __m512* a) {
-  __m512 b[8], c[4];
-  for (int i = 0; i < 8; ++i)  // per 128-bit chunk: [a2i 0+2, a2i+1 0+2, a2i 1+3, a2i+1 1+3]
-    b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-  for (int i = 0; i < 4; ++i)  // per chunk: the chunk's sum of a4i .. a4i+3
-    c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
-                         _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
-  const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
-  const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
-}
-
-inline __m512bh load_bf16x32(const at::BFloat16* p) {
-  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
-}
-
-// 16 bf16 -> 16 floats (a bf16 is the top half of a float)
-inline __m512 widen16(const at::BFloat16* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 struct Task {
   const at::BFloat16* q;  // (group, dim)
   const at::BFloat16* k;  // (positions, dim), row stride ks
@@ -80,10 +62,37 @@ struct Task {
   float* l;             // (group)
 };
 
+// out[g0 + g] = sum_j p[g0 + g][j] v_j for G query heads at once: each value read once; the G x DIM / 16
+// accumulators stay in registers (G is a constant)
+template <int DIM, int G>
+void weigh_values(const Task& t, int g0, int64_t padded, const float* p) {
+  constexpr int kLanes = DIM / 16;  // fp32 registers per output row
+  __m512 acc[G][kLanes];
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 8
+    for (int c = 0; c < kLanes; ++c) acc[g][c] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < t.last - t.first; ++j) {
+    if (t.mask && !t.mask[t.first + j]) continue;  // a masked value is never read (it may be anything, NaN too)
+    const at::BFloat16* val = t.v + (t.first + j) * t.vs;
+    __m512 vf[kLanes];
+#pragma GCC unroll 8
+    for (int c = 0; c < kLanes; ++c) vf[c] = widen16(val + 16 * c);
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const __m512 w = _mm512_set1_ps(p[(g0 + g) * padded + j]);
+#pragma GCC unroll 8
+      for (int c = 0; c < kLanes; ++c) acc[g][c] = _mm512_fmadd_ps(w, vf[c], acc[g][c]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    if (t.m[g0 + g] != -std::numeric_limits<float>::infinity())
+      for (int c = 0; c < kLanes; ++c) _mm512_storeu_ps(t.out + (g0 + g) * DIM + 16 * c, acc[g][c]);
+}
+
 template <int DIM>
 void run_task(const Task& t, int group, float scale, std::vector<float>& scratch) {
   constexpr int kChunks = DIM / 32;  // bf16 pairs per dot product step
-  constexpr int kLanes = DIM / 16;   // fp32 registers per output row
   const int64_t n = t.last - t.first;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int g = 0; g < group; ++g) {
@@ -103,11 +112,22 @@ void run_task(const Task& t, int group, float scale, std::vector<float>& scratch
     for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
       const int count = static_cast<int>(std::min<int64_t>(kBlock, n - j0));
       __m512 acc[kBlock];
-      for (int jj = 0; jj < kBlock; ++jj) {
-        acc[jj] = _mm512_setzero_ps();
-        if (jj < count) {
-          const at::BFloat16* key = t.k + (t.first + j0 + jj) * t.ks;
-          for (int c = 0; c < kChunks; ++c) acc[jj] = _mm512_dpbf16_ps(acc[jj], q[c], load_bf16x32(key + 32 * c));
+      const at::BFloat16* keys = t.k + (t.first + j0) * t.ks;
+      if (count == kBlock) {  // unrolled: 16 independent sums in registers, not one dependent chain at a time
+#pragma GCC unroll 16
+        for (int jj = 0; jj < kBlock; ++jj)
+          acc[jj] = _mm512_dpbf16_ps(_mm512_setzero_ps(), q[0], load_bf16x32(keys + jj * t.ks));
+#pragma GCC unroll 4
+        for (int c = 1; c < kChunks; ++c)
+#pragma GCC unroll 16
+          for (int jj = 0; jj < kBlock; ++jj)
+            acc[jj] = _mm512_dpbf16_ps(acc[jj], q[c], load_bf16x32(keys + jj * t.ks + 32 * c));
+      } else {
+        for (int jj = 0; jj < kBlock; ++jj) {
+          acc[jj] = _mm512_setzero_ps();
+          if (jj < count)
+            for (int c = 0; c < kChunks; ++c)
+              acc[jj] = _mm512_dpbf16_ps(acc[jj], q[c], load_bf16x32(keys + jj * t.ks + 32 * c));
         }
       }
       __mmask16 valid = static_cast<__mmask16>((1u << count) - 1u);
@@ -132,26 +152,14 @@ void run_task(const Task& t, int group, float scale, std::vector<float>& scratch
     }
     t.l[g] = _mm512_reduce_add_ps(total);
   }
-  // weighted values, all query heads of the group in one pass over the values
-  constexpr int kMaxGroup = 4;
-  for (int g0 = 0; g0 < group; g0 += kMaxGroup) {
-    const int gs = std::min(kMaxGroup, group - g0);
-    __m512 acc[kMaxGroup][kLanes];
-    for (int g = 0; g < kMaxGroup; ++g)
-      for (int c = 0; c < kLanes; ++c) acc[g][c] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; ++j) {
-      if (t.mask && !t.mask[t.first + j]) continue;  // a masked value is never read (it may be anything, NaN too)
-      const at::BFloat16* val = t.v + (t.first + j) * t.vs;
-      __m512 vf[kLanes];
-      for (int c = 0; c < kLanes; ++c) vf[c] = widen16(val + 16 * c);
-      for (int g = 0; g < gs; ++g) {
-        const __m512 p = _mm512_set1_ps(scratch[(g0 + g) * padded + j]);
-        for (int c = 0; c < kLanes; ++c) acc[g][c] = _mm512_fmadd_ps(p, vf[c], acc[g][c]);
-      }
+  // weighted values, up to 4 query heads of the group in one pass over the values
+  for (int g0 = 0; g0 < group; g0 += 4) {
+    switch (std::min(4, group - g0)) {
+      case 1: weigh_values<DIM, 1>(t, g0, padded, scratch.data()); break;
+      case 2: weigh_values<DIM, 2>(t, g0, padded, scratch.data()); break;
+      case 3: weigh_values<DIM, 3>(t, g0, padded, scratch.data()); break;
+      default: weigh_values<DIM, 4>(t, g0, padded, scratch.data());
     }
-    for (int g = 0; g < gs; ++g)
-      if (t.m[g0 + g] != neg_inf)
-        for (int c = 0; c < kLanes; ++c) _mm512_storeu_ps(t.out + (g0 + g) * DIM + 16 * c, acc[g][c]);
   }
 }
 
@@ -221,7 +229,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> single_query_attention(
 
 }  // namespace
 
-TORCH_LIBRARY(sead, lib) {
+TORCH_LIBRARY_FRAGMENT(sead, lib) {
   lib.def("single_query_attention(Tensor query, Tensor key, Tensor value, Tensor valid, float scale) -> "
           "(Tensor, Tensor, Tensor)");
 }
