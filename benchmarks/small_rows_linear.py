@@ -67,6 +67,28 @@ def run_step(layers: list, inputs: list[torch.Tensor]) -> float:
     return time.perf_counter() - start
 
 
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [c["rows"] for c in result["cases"]]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, label in (("kernel", "small-rows kernel"), ("onednn", "oneDNN, packed")):
+        ax.plot(rows, [c["gb_s"][name] for c in result["cases"]], marker="o", label=label)
+    ax.axhline(result["bandwidth_gb_s"], color="grey", linestyle="--", label="memory bandwidth (probe)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(rows, [str(r) for r in rows])
+    ax.set_xlabel("rows")
+    ax.set_ylabel("weight GB/s (one step's linears)")
+    ax.set_title(f"decoding step's linear layers, {result['cpu']['model']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def decoding_steps(model, tok, rows: int, new: int, repeats: int) -> dict:
     """ms per decoding step of one greedy sampling call, with the kernel (on) and oneDNN (off), interleaved."""
     no_eos = SimpleNamespace(eos_token_id=-1, pad_token_id=tok.pad_token_id)  # every row decodes `new` tokens
@@ -172,28 +194,6 @@ def main(argv: list[str] | None = None) -> dict:
     plot(result, args.out.with_suffix(".png"))
     console.print(f"written {args.out} and {args.out.with_suffix('.png')}")
     return result
-
-
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [c["rows"] for c in result["cases"]]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, label in (("kernel", "small-rows kernel"), ("onednn", "oneDNN, packed")):
-        ax.plot(rows, [c["gb_s"][name] for c in result["cases"]], marker="o", label=label)
-    ax.axhline(result["bandwidth_gb_s"], color="grey", linestyle="--", label="memory bandwidth (probe)")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(rows, [str(r) for r in rows])
-    ax.set_xlabel("rows")
-    ax.set_ylabel("weight GB/s (one step's linears)")
-    ax.set_title(f"decoding step's linear layers, {result['cpu']['model']}", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 if __name__ == "__main__":
