@@ -89,10 +89,9 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def decoding_steps(model, tok, rows: int, new: int, repeats: int) -> dict:
+def decoding_steps(model, tok, sop: str, rows: int, new: int, repeats: int) -> dict:
     """ms per decoding step of one greedy sampling call, with the kernel (on) and oneDNN (off), interleaved."""
     no_eos = SimpleNamespace(eos_token_id=-1, pad_token_id=tok.pad_token_id)  # every row decodes `new` tokens
-    sop = build_scenario(load_config([])).agent_system_prompt()
     requests = [AgentRequest(p, [], new, seed=i) for i, p in enumerate(row_prompts(tok, sop, rows))]
 
     def sample() -> int:
@@ -142,10 +141,8 @@ def main(argv: list[str] | None = None) -> dict:
         for rows in args.rows:
             g = torch.Generator().manual_seed(rows)
             inputs = [torch.randn((rows, 1, w.shape[1]), generator=g).bfloat16() for w in weights]
-            err = {}
-            for name, layers in fns.items():  # the head's error: the widest layer of the step
-                exact = inputs[-1].double() @ weights[-1].double().T
-                err[name] = (layers[-1](inputs[-1]).double() - exact).abs().max().item()
+            exact = inputs[-1].double() @ weights[-1].double().T  # the head's: the widest layer of the step
+            err = {name: (layers[-1](inputs[-1]).double() - exact).abs().max().item() for name, layers in fns.items()}
             times = {name: [] for name in fns}
             for layers in fns.values():
                 run_step(layers, inputs)  # warm-up
@@ -168,10 +165,11 @@ def main(argv: list[str] | None = None) -> dict:
     result["steps"] = []
     if args.step_rows:
         model, tok, _ = load_model(ModelConfig(preset=args.model, dtype="bfloat16"))
+        sop = build_scenario(load_config([])).agent_system_prompt()
         with progress_bar(console) as progress:
             task = progress.add_task("decoding steps", total=len(args.step_rows))
             for rows in args.step_rows:
-                result["steps"].append(decoding_steps(model, tok, rows, args.step_tokens, args.repeats))
+                result["steps"].append(decoding_steps(model, tok, sop, rows, args.step_tokens, args.repeats))
                 progress.advance(task)
     result["bandwidth_gb_s"] = max(bandwidth)  # the limit: the best the probe saw, before and after
     table = Table(title=f"one decoding step's linear layers ({nbytes / 1e6:.0f} MB of bf16 weights), best of repeats",

@@ -111,25 +111,18 @@ void run_task(const Task& t, int group, float scale, std::vector<float>& scratch
     __m512 top = _mm512_set1_ps(neg_inf);
     for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
       const int count = static_cast<int>(std::min<int64_t>(kBlock, n - j0));
+      // 16 independent sums in registers (unrolled), not one dependent chain per key; past the last key of a
+      // short block the last one is read again, and its lanes are masked below
+      const at::BFloat16* key[kBlock];
+#pragma GCC unroll 16
+      for (int jj = 0; jj < kBlock; ++jj) key[jj] = t.k + (t.first + j0 + std::min(jj, count - 1)) * t.ks;
       __m512 acc[kBlock];
-      const at::BFloat16* keys = t.k + (t.first + j0) * t.ks;
-      if (count == kBlock) {  // unrolled: 16 independent sums in registers, not one dependent chain at a time
 #pragma GCC unroll 16
-        for (int jj = 0; jj < kBlock; ++jj)
-          acc[jj] = _mm512_dpbf16_ps(_mm512_setzero_ps(), q[0], load_bf16x32(keys + jj * t.ks));
+      for (int jj = 0; jj < kBlock; ++jj) acc[jj] = _mm512_dpbf16_ps(_mm512_setzero_ps(), q[0], load_bf16x32(key[jj]));
 #pragma GCC unroll 4
-        for (int c = 1; c < kChunks; ++c)
+      for (int c = 1; c < kChunks; ++c)
 #pragma GCC unroll 16
-          for (int jj = 0; jj < kBlock; ++jj)
-            acc[jj] = _mm512_dpbf16_ps(acc[jj], q[c], load_bf16x32(keys + jj * t.ks + 32 * c));
-      } else {
-        for (int jj = 0; jj < kBlock; ++jj) {
-          acc[jj] = _mm512_setzero_ps();
-          if (jj < count)
-            for (int c = 0; c < kChunks; ++c)
-              acc[jj] = _mm512_dpbf16_ps(acc[jj], q[c], load_bf16x32(keys + jj * t.ks + 32 * c));
-        }
-      }
+        for (int jj = 0; jj < kBlock; ++jj) acc[jj] = _mm512_dpbf16_ps(acc[jj], q[c], load_bf16x32(key[jj] + 32 * c));
       __mmask16 valid = static_cast<__mmask16>((1u << count) - 1u);
       if (t.mask) {
         __mmask16 m = 0;
