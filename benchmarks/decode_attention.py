@@ -13,7 +13,6 @@ fp64 attention on the same inputs.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from rich.table import Table
 
 from sead.models import attention, decode_kernel
 from sead.models.precision import cpu_info, cpu_line
+from sead.plots.record import write_record
 from sead.progress import progress_bar
 
 HERE = Path(__file__).resolve().parent
@@ -128,9 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
                       f"{c['ms_per_layer']['matmuls']:.3f}", f"{c['speedup']:.2f}x", f"{e['kernel']:.2e}",
                       f"{e['matmuls']:.2e}")  # fmt: skip
     console.print(table)
-    args.out.write_text(json.dumps(result, indent=1))
-    plot(result, args.out.with_suffix(".png"))
-    console.print(f"written {args.out} and {args.out.with_suffix('.png')}")
+    console.print(f"written {args.out} and {write_record(result, args.out, plot)}")
     return result
 
 

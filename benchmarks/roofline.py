@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
 import shutil
 import subprocess
 import tempfile
@@ -50,9 +49,10 @@ from rich.table import Table
 
 from sead.config import build_scenario, load_config
 from sead.dialogue import AgentRequest, ChatTokens
-from sead.models.decode_step import DecodeStep
+from sead.models.decode_loop import DecodeLoop
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, cpu_info, cpu_line
+from sead.plots.record import write_record
 from sead.policy.hf import HFPolicy, common_prefix_length
 from sead.policy.settings import SamplingConfig
 from sead.progress import progress_bar
@@ -71,11 +71,30 @@ CURVES = (
     ("sead", "SEAD HFPolicy.sample", "o-"),
     ("sead_forward", "SEAD, decoding through the model's forward", "v--"),
     ("sead_unpacked", "SEAD, weights not packed", "^:"),
+    ("sead_eager", "SEAD, no CUDA graph", "^:"),
     ("generate", "generate()", "s-"),
 )
 # sead_forward: decoding steps through the transformers forward instead of SEAD's written-out step (DecodeStep);
-# sead_unpacked: the same sampling with F.linear (no oneDNN packs)
+# sead_unpacked (CPU): the same sampling with F.linear (no oneDNN packs); sead_eager (GPU): the written-out step
+# launched op by op instead of replayed as a CUDA graph (`sead.models.decode_loop`)
 ARMS = ("sead", "sead_forward", "sead_unpacked", "generate")
+GPU_ARMS = ("sead", "sead_forward", "sead_eager", "generate")
+# what the third arm switches off, as a ratio column: (arm, column title)
+AGAINST = {"sead_unpacked": "packed/unpacked", "sead_eager": "graph/eager"}
+COLUMN = {"sead": "SEAD", "sead_forward": "SEAD via forward", "sead_unpacked": "SEAD unpacked"}
+COLUMN |= {"sead_eager": "SEAD no graph", "generate": "generate()"}
+
+
+def arms_for(device: torch.device) -> tuple[str, ...]:
+    """oneDNN packs exist on a CPU only, CUDA graphs on a GPU only: the third arm takes away the device's own."""
+    return GPU_ARMS if device.type == "cuda" else ARMS
+
+
+def arms_of(run: dict) -> list[str]:
+    """The arms one batch was measured with."""
+    return [k for k in run["decode"] if k != "roofline"]
+
+
 REPLY = "<response>Sure, let me help you claim the credit.</response><stage>1</stage><status>0</status>"
 
 
@@ -180,14 +199,14 @@ def clock(sync=None) -> float:
 @contextmanager
 def forward_clock(model, sync=None):
     """Collects (start, end) of every forward call of `model`, and of every decoding step SEAD runs without one
-    (`DecodeStep`), into the list it yields; each read of the clock first waits for the GPU (`sync`), so that each
-    call's time is its own."""
+    (`DecodeLoop`, eager or a graph's replay), into the list it yields; each read of the clock first waits for the
+    GPU (`sync`), so that each call's time is its own."""
     calls, starts = [], []
     hooks = [
         model.register_forward_pre_hook(lambda *_: starts.append(clock(sync))),
         model.register_forward_hook(lambda *_: calls.append((starts.pop(), clock(sync)))),
     ]
-    step = DecodeStep._step
+    step = DecodeLoop.__call__
 
     def timed_step(self, *args, **kwargs):
         start = clock(sync)
@@ -195,11 +214,11 @@ def forward_clock(model, sync=None):
         calls.append((start, clock(sync)))
         return out
 
-    DecodeStep._step = timed_step
+    DecodeLoop.__call__ = timed_step
     try:
         yield calls
     finally:
-        DecodeStep._step = step
+        DecodeLoop.__call__ = step
         for h in hooks:
             h.remove()
 
@@ -296,7 +315,7 @@ def fastest_llama_cpp_stream(gguf: Path, prompt: list[int], new: int, threads: i
 
 def against_peer(run: dict, peer: dict) -> None:
     """Each arm's decode rate at this row count as a multiple of the one llama.cpp stream."""
-    for name in ARMS:
+    for name in arms_of(run):
         run["decode"][name]["x_llama_cpp"] = run["decode"][name]["tok_s"] / peer["decode_tok_s"]
 
 
@@ -319,7 +338,8 @@ def row_prompts(tok, sop: str, rows: int) -> list[list[int]]:
 
 
 def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> dict:
-    """SEAD and generate() on one batch, cold (nothing cached), and the workload's size for its rooflines."""
+    """SEAD and generate() on one batch, cold (nothing cached), and the workload's size for its rooflines: the
+    arms of `arms_for` the model's device."""
     rows, lens = len(prompts), [len(p) for p in prompts]
     weights = shape.params * shape.elem
     ctx = [n + new / 2 for n in lens]  # every row's cache at its mean length over the decode
@@ -343,9 +363,11 @@ def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> d
     no_eos = SimpleNamespace(eos_token_id=-1, pad_token_id=tok.pad_token_id)  # every row decodes `new` tokens
     requests = [AgentRequest(p, [], new, seed=i) for i, p in enumerate(prompts)]
 
-    def sead(pack: bool = True, step: bool = True) -> int:
+    def sead(pack: bool = True, step: bool = True, graph: bool = True) -> int:
         sampling = SamplingConfig(temperature=0.0)
-        policy = HFPolicy(model, no_eos, sampling, turn_cache_mb=0, pack_weights=pack, fast_decode=step)
+        policy = HFPolicy(
+            model, no_eos, sampling, turn_cache_mb=0, pack_weights=pack, fast_decode=step, cuda_graph=graph
+        )
         return sum(len(o.token_ids) for o in policy.sample(requests))  # nothing cached yet
 
     ids = torch.full((rows, width), tok.pad_token_id, dtype=torch.long)
@@ -368,9 +390,11 @@ def measure_rows(model, tok, shape: Shape, prompts, new: int, repeats: int) -> d
         "sead": sead,
         "sead_forward": lambda: sead(step=False),
         "sead_unpacked": lambda: sead(pack=False),
+        "sead_eager": lambda: sead(graph=False),
         "generate": generate,
     }
-    for name, run in arms.items():
+    for name in arms_for(model.device):
+        run = arms[name]
         t = split_timing(model, run, new - 1, repeats)
         decode = {"tok_s": rows * (new - 1) / t["decode_s"], "s": t["decode_s"], "steps": new - 1}
         result["decode"][name] = decode | {"new_tokens": t["new_tokens"], "in_forward": t["decode_forward_share"]}
@@ -383,7 +407,7 @@ def score_rows(run: dict, bw: float, rate: float) -> None:
     step, dense = roofline(*run["cost"]["decode_step"], bw, rate), roofline(*run["cost"]["prefill_dense"], bw, rate)
     run["decode"]["roofline"] = {"tok_s": run["rows"] / step["s"], **step}
     run["prefill"]["roofline"] = {"tok_s": run["prompt_tokens_mean"] * run["rows"] / dense["s"], **dense}
-    for name in ARMS:
+    for name in arms_of(run):
         d, p = run["decode"][name], run["prefill"][name]
         d["of_roofline"] = d["tok_s"] / run["decode"]["roofline"]["tok_s"]
         p["of_roofline"] = p["prompt_tok_s"] / run["prefill"]["roofline"]["tok_s"]
@@ -457,32 +481,31 @@ def print_tables(result: dict) -> None:
     def fx(v: float, frac: float) -> str:
         return f"{v:,.1f} ({frac:.2f}x)"
 
-    runs = result["runs"]
+    runs, arms = result["runs"], result["settings"]["arms"]
+    names = [COLUMN[k] for k in arms]
+    third = arms[2]  # what the device's own fast path is measured against
     decode = [
         [r["dtype"], str(r["rows"]), f"{r['prompt_tokens_mean']:.0f}"]
-        + [fx(r["decode"][k]["tok_s"], r["decode"][k]["of_roofline"]) for k in ARMS]
-        + [f"{r['decode']['sead']['tok_s'] / r['decode'][k]['tok_s']:.2f}x" for k in ("sead_forward", "sead_unpacked")]
+        + [fx(r["decode"][k]["tok_s"], r["decode"][k]["of_roofline"]) for k in arms]
+        + [f"{r['decode']['sead']['tok_s'] / r['decode'][k]['tok_s']:.2f}x" for k in ("sead_forward", third)]
         + [f"{r['decode']['roofline']['tok_s']:,.1f}", r["decode"]["roofline"]["bound"]]
         + [f"{100 * r['decode'][k]['in_forward']:.0f} %" for k in ("sead", "generate")]
         for r in runs
     ]
     columns = (
-        *("dtype", "rows", "prompt", "SEAD", "SEAD via forward", "SEAD unpacked", "generate()"),
-        *("step/forward", "packed/unpacked", "roofline", "bound"),
+        *("dtype", "rows", "prompt", *names),
+        *("step/forward", AGAINST[third], "roofline", "bound"),
         *("SEAD in fwd", "gen() in fwd"),
     )
     console.print(add_rows(Table(title="decode tok/s (x roofline)", title_justify="left"), columns, decode))
     prefill = [
         [r["dtype"], str(r["rows"])]
-        + [fx(r["prefill"][k]["prompt_tok_s"], r["prefill"][k]["of_roofline"]) for k in ARMS]
+        + [fx(r["prefill"][k]["prompt_tok_s"], r["prefill"][k]["of_roofline"]) for k in arms]
         + [f"{r['prefill']['roofline']['tok_s']:,.0f}", r["prefill"]["roofline"]["bound"]]
-        + [fx(r["prefill"][k]["work_gflop_s"], r["prefill"][k]["work_of_matmul"]) for k in ARMS]
+        + [fx(r["prefill"][k]["work_gflop_s"], r["prefill"][k]["work_of_matmul"]) for k in arms]
         for r in runs
     ]
-    columns = (
-        *("dtype", "rows", "SEAD", "SEAD via forward", "SEAD unpacked", "generate()", "dense roofline", "bound"),
-        *("SEAD GFLOP/s", "via forward GFLOP/s", "unpacked GFLOP/s", "gen() GFLOP/s"),
-    )
+    columns = ("dtype", "rows", *names, "dense roofline", "bound", *(f"{n}: GFLOP/s" for n in names))
     title = "prefill prompt tok/s (x dense roofline); GFLOP/s of the work each ran (x matmul rate)"
     console.print(add_rows(Table(title=title, title_justify="left"), columns, prefill))
     train = [
@@ -498,10 +521,10 @@ def print_tables(result: dict) -> None:
             f"{peer['threads']} threads); target: >= {PEER_TARGET:g}x at >= {PEER_TARGET_ROWS} rows"
         )
         against = [
-            [r["dtype"], str(r["rows"])] + [fx(r["decode"][k]["tok_s"], r["decode"][k]["x_llama_cpp"]) for k in ARMS]
+            [r["dtype"], str(r["rows"])] + [fx(r["decode"][k]["tok_s"], r["decode"][k]["x_llama_cpp"]) for k in arms]
             for r in runs
         ]
-        console.print(add_rows(Table(title=title, title_justify="left"), ("dtype", "rows", *ARMS), against))
+        console.print(add_rows(Table(title=title, title_justify="left"), ("dtype", "rows", *names), against))
 
 
 def plot(result: dict, path: Path) -> None:
@@ -516,7 +539,8 @@ def plot(result: dict, path: Path) -> None:
         runs = [r for r in result["runs"] if r["dtype"] == dtype]
         rows = [r["rows"] for r in runs]
         for key, label, style in CURVES:
-            ax.plot(rows, [r["decode"][key]["tok_s"] for r in runs], style, label=label)
+            if key in runs[0]["decode"]:
+                ax.plot(rows, [r["decode"][key]["tok_s"] for r in runs], style, label=label)
         if peer := result.get("llama_cpp"):
             ax.axhline(peer["decode_tok_s"], color="tab:red", lw=1, label="one llama.cpp stream")
             ax.axhline(
@@ -608,10 +632,10 @@ def main(argv: list[str] | None = None) -> dict:
             for n in rows:
                 progress.update(task, description=f"{dtype}, {n} rows")
                 runs.append({"dtype": dtype, **measure_rows(model, tok, shape, prompts[:n], new, repeats)})
-                d = runs[-1]["decode"]
+                d, third = runs[-1]["decode"], arms_for(device)[2]
                 progress.console.print(
                     f"{dtype} {n:>3} rows: decode tok/s SEAD {d['sead']['tok_s']:.1f} "
-                    f"(via forward {d['sead_forward']['tok_s']:.1f}, unpacked {d['sead_unpacked']['tok_s']:.1f}), "
+                    f"(via forward {d['sead_forward']['tok_s']:.1f}, {third} {d[third]['tok_s']:.1f}), "
                     f"generate() "
                     f"{d['generate']['tok_s']:.1f}; prefill s SEAD {runs[-1]['prefill']['sead']['s']:.1f}, "
                     f"generate() {runs[-1]['prefill']['generate']['s']:.1f}"
@@ -651,7 +675,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model": {"label": label, "params": shape.params, "kv_bytes_per_token_fp32": shape.kv_bytes * 4 // shape.elem},
         "settings": {
             **{"rows": rows, "dtypes": args.dtypes, "new_tokens": new, "repeats": repeats, "quick": args.quick},
-            **{"device": args.device, "random_weights": args.random_weights},
+            **{"device": args.device, "random_weights": args.random_weights, "arms": list(arms_for(device))},
         },
         "runs": runs,
         "training": training,
@@ -660,10 +684,7 @@ def main(argv: list[str] | None = None) -> dict:
     console.print(f"[bold]{machine_line(machine)}[/]")
     print_tables(result)
     console.print(f"load before: {machine['uptime_before']}\nload after:  {machine['uptime_after']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, args.out.with_suffix(".png"))
-    console.print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    console.print(f"wrote {args.out} and {write_record(result, args.out, plot)}")
     return result
 
 

@@ -17,7 +17,6 @@ interleaved, ms per decoding step.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from functools import partial
@@ -34,6 +33,7 @@ from sead.models import decode_kernel, decode_step
 from sead.models.loading import ModelConfig, load_model
 from sead.models.packed_linear import pack_weight, packed_forward
 from sead.models.precision import cpu_info, cpu_line
+from sead.plots.record import write_record
 from sead.policy.hf import HFPolicy
 from sead.policy.settings import SamplingConfig
 from sead.progress import progress_bar
@@ -188,9 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
     for c in result["steps"]:
         console.print(f"decoding step, {c['rows']} rows ({args.model}, bf16): kernel {c['ms_per_step']['kernel']:.1f} "
                       f"ms, oneDNN {c['ms_per_step']['onednn']:.1f} ms: {c['speedup']:.2f}x")  # fmt: skip
-    args.out.write_text(json.dumps(result, indent=1))
-    plot(result, args.out.with_suffix(".png"))
-    console.print(f"written {args.out} and {args.out.with_suffix('.png')}")
+    console.print(f"written {args.out} and {write_record(result, args.out, plot)}")
     return result
 
 

@@ -58,7 +58,7 @@ def one_step(model, rows=3, prompt=7, capacity=12, seed=0):
         past_key_values=caches[0],
         use_cache=True,
     ).logits
-    got = DecodeStep.for_model(model)(token, position, attn[:, None, None, :], caches[1])
+    got = DecodeStep.for_model(model)(token, position, attn[:, None, None, :], caches[1], torch.tensor([prompt]))
     return want, got, caches[0], caches[1]
 
 

@@ -8,7 +8,7 @@ import torch
 
 from sead.dialogue import AgentRequest
 from sead.policy.hf import HFPolicy
-from sead.policy.sampling import _nucleus_mask, pick_tokens
+from sead.policy.sampling import _binned_nucleus_mask, _sorted_nucleus_mask, pick_tokens
 from sead.policy.settings import SamplingConfig
 
 GREEDY, NUCLEUS = SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0, top_p=0.9)
@@ -199,16 +199,17 @@ def three_kinds_of_row(vocab: int = 6000) -> torch.Tensor:
 
 @pytest.mark.parametrize("top_p", [0.3, 0.9, 0.95, 0.999])
 def test_nucleus_equals_a_full_sort_of_the_vocabulary(top_p):
-    """Every way a row can take (its top token alone, a few candidates, the bins) keeps exactly the tokens the full
-    fp64 sort keeps, ties at the boundary included; every draw lies in that nucleus."""
+    """Every way a row can take (its top token alone, a few candidates, the bins, or on a GPU one sort of the
+    vocabulary) keeps exactly the tokens the full fp64 sort keeps, ties at the boundary included; every draw lies
+    in that nucleus."""
     logits = three_kinds_of_row()
     allowed = [reference_nucleus(row, top_p) for row in logits]
     sizes = [len(a) for a in allowed]
     assert sizes[0] == 1 and 1 < sizes[1] < 256 < sizes[2]  # the three ways are all taken
     logp = torch.log_softmax(logits, -1)
-    mask = _nucleus_mask(logp, top_p)[1]
-    for row, a in zip(mask, allowed):
-        assert set(row.nonzero()[:, 0].tolist()) == a
+    for way in (_binned_nucleus_mask, _sorted_nucleus_mask):  # the GPU's way runs on any device
+        for row, a in zip(way(logp, top_p)[1], allowed):
+            assert set(row.nonzero()[:, 0].tolist()) == a, way.__name__
     gens = [torch.Generator().manual_seed(s) for s in range(3)]
     cfg = SamplingConfig(temperature=1.0, top_p=top_p)
     for _ in range(200):

@@ -104,8 +104,10 @@ class _Layer:
 
 
 class DecodeStep:
-    """`step(tokens, positions, mask, cache, shared_kv)`: the next-token logits (rows, 1, vocab) of one token per row,
-    its keys and values written into `cache` (a `BatchCache`), as `model(input_ids=tokens[:, None], ...)` would."""
+    """`step(tokens, positions, mask, cache, column, shared_kv)`: the next-token logits (rows, 1, vocab) of one token
+    per row, its keys and values written into `cache` (a `BatchCache`) at `column` (a one-element index tensor), as
+    `model(input_ids=tokens[:, None], ...)` would with the cache holding `column` positions. Nothing in a step asks
+    the host for a value, so a GPU can capture it as a graph (`sead.models.decode_loop`)."""
 
     _shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its step, for `for_model`
 
@@ -155,10 +157,10 @@ class DecodeStep:
         layers, lm_head = self._parts()
         return partial(self._step, layers, lm_head)
 
-    def __call__(self, tokens, positions, mask, cache, shared_kv=None) -> torch.Tensor:
-        return self.ready()(tokens, positions, mask, cache, shared_kv)
+    def __call__(self, tokens, positions, mask, cache, column, shared_kv=None) -> torch.Tensor:
+        return self.ready()(tokens, positions, mask, cache, column, shared_kv)
 
-    def _step(self, layers, lm_head, tokens, positions, mask, cache, shared_kv=None) -> torch.Tensor:
+    def _step(self, layers, lm_head, tokens, positions, mask, cache, column, shared_kv=None) -> torch.Tensor:
         inner = self.model.model
         rows, nh, nkv, d = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
@@ -170,7 +172,7 @@ class DecodeStep:
             # roll(x) * cat(-sin1, sin2) to the bit (a sign flip is exact): one roll for a slice, a negation and a cat
             qk = (qk * cos) + (torch.roll(qk, d // 2, -1) * sin)
             v = qkv[..., (nh + nkv) * d :].view(rows, 1, nkv, d).transpose(1, 2)
-            keys, values = cache.update(qk[:, nh:], v, i)
+            keys, values = cache.layers[i].write_at(column, qk[:, nh:], v)
             out = gqa_attention(
                 layer.attn, qk[:, :nh].contiguous(), keys, values, mask, scaling=layer.attn.scaling, shared_kv=shared_kv
             )[0]

@@ -24,6 +24,7 @@ import torch
 
 from sead.dialogue.agent import AgentOutput, AgentRequest, BatchingPolicy
 from sead.models.attention import NAME as ATTENTION
+from sead.models.decode_loop import DecodeLoop
 from sead.models.decode_step import DecodeStep
 from sead.models.packed_linear import PackedLinears
 from sead.models.weights import weights_version
@@ -64,6 +65,7 @@ class HFPolicy(BatchingPolicy):
         turn_cache_mb: float = 4096,
         pack_weights: bool = True,
         fast_decode: bool = True,
+        cuda_graph: bool = True,
     ):
         super().__init__(max_batch)
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
@@ -74,6 +76,7 @@ class HFPolicy(BatchingPolicy):
         self.packed = PackedLinears.for_model(model) if pack_weights else None  # oneDNN-packed weights while sampling
         # decoding steps written out (same logits, fewer operations); None: the model's own forward
         self.decode_step = DecodeStep.for_model(model) if fast_decode else None
+        self.cuda_graph = cuda_graph  # on a GPU, the written-out step's decoding replayed as one CUDA graph a call
         self.generated_tokens = 0
 
     def identity(self) -> dict:
@@ -142,10 +145,12 @@ class HFPolicy(BatchingPolicy):
         live = list(range(rows))  # rows still sampling
         last_pos, col = pos[:, -1], C + S
         nxt = torch.full((rows,), pad, dtype=torch.long)
-        fast = self.decode_step.ready() if self.decode_step is not None and self.decode_step.usable() else None
+        fast = None
+        if self.decode_step is not None and self.decode_step.usable():
+            fast = DecodeLoop(self.decode_step.ready(), cache, attn, last_pos, col, prefix_kv or None, self.cuda_graph)
         for _ in range(max(limits)):
-            logits = step_logits[live, -1].float().cpu()
-            toks, lps = pick_tokens(logits, [gens[i] for i in live], self.sampling)
+            # on the logits' device: a GPU sends back a token and a log-prob per row, not every row's logits
+            toks, lps = pick_tokens(step_logits[live, -1].float(), [gens[i] for i in live], self.sampling)
             for i, tok, lp in zip(live, toks.tolist(), lps.tolist()):
                 out_ids[i].append(tok)
                 out_lp[i].append(lp)
@@ -153,11 +158,11 @@ class HFPolicy(BatchingPolicy):
             live = [i for i in live if out_ids[i][-1] != eos and len(out_ids[i]) < limits[i]]
             if not live:
                 break
+            if fast is not None:
+                step_logits = fast(nxt)
+                continue
             attn[:, col] = True
             col, last_pos = col + 1, last_pos + 1
-            if fast is not None:
-                step_logits = fast(nxt.to(device), last_pos, attn[:, None, None, :], cache, prefix_kv or None)
-                continue
             step = model(
                 input_ids=nxt[:, None].to(device),
                 attention_mask=self._mask(attn[:, None, None, :]),

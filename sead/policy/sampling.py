@@ -1,13 +1,13 @@
 """Choosing the next token of every row of a batch at once: greedy, or temperature with top-k / top-p.
 
 Each row draws its randomness from its own generator (one uniform number per token), so a row's tokens do not
-depend on which other rows share its batch. Top-p is exact (masses summed in fp64) and never sorts the vocabulary:
-a row takes the cheapest way its own probabilities allow (`_nucleus_tokens`). A flat row, whose nucleus holds
-thousands of tokens (a base model at temperature >= 1), has its probabilities summed in log-spaced bins
-(`_nucleus_mask`): every token outside one bin is then known to be in or out, and only that bin is sorted. Such a row
-draws by inverse CDF over its nucleus in vocabulary order: the same distribution as in sorted order. A full sort
-of SmolLM2's 49k vocabulary costs 3.5 ms a row on a 2-vCPU EPYC, as much as a tenth of a decoding step
-(`benchmarks/sampling.py`).
+depend on which other rows share its batch. Top-p is exact (masses summed in fp64) and on a CPU never sorts the
+vocabulary: a row takes the cheapest way its own probabilities allow (`_nucleus_tokens`). A flat row, whose nucleus
+holds thousands of tokens (a base model at temperature >= 1), has its probabilities summed in log-spaced bins
+(`_binned_nucleus_mask`): every token outside one bin is then known to be in or out, and only that bin is sorted.
+Such a row draws by inverse CDF over its nucleus in vocabulary order: the same distribution as in sorted order. A
+full sort of SmolLM2's 49k vocabulary costs 3.5 ms a row on a 2-vCPU EPYC, as much as a tenth of a decoding step
+(`benchmarks/sampling.py`). On a GPU the logits stay there and flat rows are sorted whole, all in one call.
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ CANDIDATES = 256  # the most likely tokens a row's nucleus is first looked for a
 def pick_tokens(
     logits: torch.Tensor, gens: list[torch.Generator], cfg: SamplingConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next token per row of `logits` (rows x vocabulary, float) and its log-prob under the temperature-scaled
-    distribution before any filtering (what the training forward computes)."""
+    """Next token per row of `logits` (rows x vocabulary, float, on any device) and its log-prob under the
+    temperature-scaled distribution before any filtering (what the training forward computes). The generators are
+    the CPU's: each row's uniform number is drawn there and the rest runs where the logits are."""
     if cfg.temperature <= 0:
         tok = logits.argmax(-1)
         return tok, torch.log_softmax(logits, -1).gather(1, tok[:, None])[:, 0]
     scaled = logits / cfg.temperature
     logp = torch.log_softmax(scaled, -1)
-    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in gens]).to(scaled.dtype)
+    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in gens]).to(scaled.device, scaled.dtype)
     vocab = scaled.shape[-1]
     top_k = min(cfg.top_k, vocab) if cfg.top_k and cfg.top_k > 0 else vocab
     if top_k < vocab:
@@ -101,12 +102,17 @@ def _stable_top(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
 
 def _nucleus_mask(logp: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The probabilities (fp64) and the nucleus of each row: the tokens, most likely first (ties by index), kept
-    while the probability of those before them is within top_p. Bins of log-probability hold every token more
-    likely than a bin's range before it, so a bin whose whole mass fits lies inside, one whose mass before it
+    while the probability of those before them is within top_p."""
+    return (_sorted_nucleus_mask if logp.is_cuda else _binned_nucleus_mask)(logp, top_p)
+
+
+def _binned_nucleus_mask(logp: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_nucleus_mask` on a CPU, where sorting a whole vocabulary is slow: bins of log-probability hold every token
+    more likely than a bin's range before it, so a bin whose whole mass fits lies inside, one whose mass before it
     exceeds top_p outside, and only the one bin in between (per row) is sorted."""
     x = (logp * -BINS_PER_NAT).clamp_(0, BINS - 1)  # bin = floor(x); 0: the most likely tokens
     probs = logp.double().exp()  # sums of tens of thousands of small terms: fp32 would misplace a boundary token
-    mass = torch.zeros((len(x), BINS), dtype=probs.dtype).scatter_add_(1, x.long(), probs)
+    mass = probs.new_zeros((len(x), BINS)).scatter_add_(1, x.long(), probs)
     ends = mass.cumsum(-1)
     edge = (ends <= top_p).sum(-1)  # the first bin not wholly inside (BINS: every bin fits)
     keep = x < edge[:, None]
@@ -118,3 +124,11 @@ def _nucleus_mask(logp: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch
         before = (ends[i, e - 1] if e else 0.0) + p.cumsum(-1) - p
         keep[i, members[order[before <= top_p]]] = True
     return probs, keep
+
+
+def _sorted_nucleus_mask(logp: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_nucleus_mask` by one sort of every row's whole vocabulary: on a GPU that is one launch for all rows, where
+    the bins' per-row loop costs a few launches and a wait for the host per row (0.4 ms a flat row on an H100)."""
+    probs = logp.double().exp()
+    p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    return probs, torch.zeros_like(p, dtype=torch.bool).scatter_(1, order, (p.cumsum(-1) - p) <= top_p)

@@ -123,6 +123,14 @@ class _BatchLayer(DynamicLayer):
         self._len = end
         return self.keys, self.values
 
+    def write_at(self, column: torch.Tensor, key_states, value_states):
+        """One new position per row written at `column` (a one-element index tensor on the cache's device) rather
+        than after the positions written so far: a CUDA graph replays its write wherever `column` points then. The
+        caller keeps count of the positions it writes this way (`get_seq_length` does not see them)."""
+        self.keys.index_copy_(2, column, key_states)
+        self.values.index_copy_(2, column, value_states)
+        return self.keys, self.values
+
     def get_seq_length(self) -> int:
         return self._len if self.is_initialized else 0
 

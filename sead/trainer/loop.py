@@ -128,6 +128,7 @@ class Trainer:
                 max_batch=self.tc.max_batch,
                 label=label,
                 turn_cache_mb=self.tc.turn_cache_mb,
+                cuda_graph=self.tc.cuda_graph,
             )
             for sampling in (self.tc.sampling, self.tc.validation.sampling)
         )

@@ -122,6 +122,7 @@ class TrainerConfig:
     save_every: int = number(5, ge=1)  # steps
     max_batch: int = number(64, ge=1)  # rows per batched generation call
     turn_cache_mb: float = number(4096, ge=0)  # memory for dialogues' keys/values kept between turns (0 = off)
+    cuda_graph: bool = True  # on a GPU, each generation call's decoding steps replayed as one CUDA graph
     # training-time budget (warm-up + RL steps, not validation); once one RL step has been timed, none is started
     # that would overrun it; None = off
     max_minutes: float | None = number(None, gt=0)
