@@ -13,7 +13,9 @@ Rows of one call with the same prompt (a branched group's members at their first
 The shared prefix's keys/values have one copy, which SEAD's attention (`sead.models.attention`) reads once per
 step for all rows. Each row's own positions are laid out as [pad | cached turns | pad | new tokens | tokens to
 decode] in one KV buffer sized for the whole call (`BatchCache`), with a 4-D attention mask over the pads and
-the positions not decoded yet, and position ids that continue each row's own sequence.
+the positions not decoded yet, and position ids that continue each row's own sequence. Decoding steps of models
+the written-out step takes run through `DecodeLoop`, which on a GPU replays each call's step as one CUDA graph;
+tokens are picked on the logits' device (`pick_tokens`), so a GPU sends back one token and log-prob per row.
 """
 
 from __future__ import annotations
