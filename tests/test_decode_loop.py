@@ -1,8 +1,10 @@
-"""Decoding a sampling call through `DecodeLoop`: on a CPU the eager steps the forward's own bits; on a GPU one CUDA
-graph per call, replayed, giving the eager steps' tokens, sampling on the device with each row's own randomness.
+"""Decoding a sampling call through `DecodeLoop`: on a CPU its steps run eagerly (the forward's own bits:
+test_decode_step.py); on a GPU one CUDA graph per call, replayed, gives the eager steps' tokens, and tokens are picked
+on the device from each row's own randomness.
 
 The GPU tests need a CUDA device; CI has none, and they run where one is lent (benchmarks/RESULTS.md says when). The
-CPU tests pin the torch symbols the graph path calls, in the pinned torch."""
+CPU tests pin the torch symbols the graph path calls in the pinned torch, the loop's bookkeeping, and that
+`trainer.cuda_graph` / `eval.cuda_graph` reach the policies."""
 
 import inspect
 from types import SimpleNamespace
@@ -167,3 +169,32 @@ def test_the_gpu_s_greedy_tokens_are_the_cpu_s_in_fp32():
     want = play(HFPolicy(cpu, TOK, GREEDY), turns=2)
     got = play(HFPolicy(gpu, TOK, GREEDY), turns=2)
     assert [[t for t, _ in turn] for turn in got] == [[t for t, _ in turn] for turn in want]
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_config_switch_reaches_the_trainer_s_and_eval_s_policies(on, tiny_model_dir, tmp_path, monkeypatch):
+    """`trainer.cuda_graph` and `eval.cuda_graph` (true by default) are what the policies they build sample with."""
+    from sead.cli.main import main
+    from sead.config import load_config
+    from sead.eval.settings import EvalConfig
+    from sead.trainer.loop import Trainer
+    from sead.trainer.schema import TrainerConfig
+
+    assert TrainerConfig().cuda_graph and EvalConfig().cuda_graph
+    trainer = Trainer(load_config(["preset=tiny", f"run_dir={tmp_path}", f"trainer.cuda_graph={str(on).lower()}"]))
+    try:
+        assert trainer.policy.cuda_graph is on and trainer.val_policy.cuda_graph is on
+    finally:
+        trainer.logger.close()
+    made = []
+    init = HFPolicy.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self.cuda_graph)
+
+    monkeypatch.setattr(HFPolicy, "__init__", spy)
+    flag = f"eval.cuda_graph={str(on).lower()}"
+    out = [f"eval.out_dir={tmp_path / 'eval'}", f"eval.testset_dir={tmp_path / 'sets'}", "eval.limit=1"]
+    assert main(["eval", str(tiny_model_dir), flag, "eval.device=cpu", "eval.max_turns=1", *out]) == 0
+    assert made == [on]

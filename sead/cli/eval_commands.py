@@ -81,6 +81,7 @@ def eval_cmd(cfg: DictConfig, args: list[str]) -> int:
             tokenizer_path=ec.tokenizer,
             api_key_env=ec.api_key_env,
             backend=ec.backend,
+            cuda_graph=ec.cuda_graph,
         )
         # A simulator per model: its HTTP sessions belong to the event loop of that model's evaluation.
         out, episodes, info = evaluate(ec, spec, agent, build_usersim(cfg, scenario), testset, scenario, runner)

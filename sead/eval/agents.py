@@ -33,6 +33,7 @@ def build_agent(
     tokenizer_path: str | None,
     api_key_env: str,
     backend: str = "transformers",
+    cuda_graph: bool = True,
 ) -> EvalAgent:
     """backend: transformers (CPU or GPU) | vllm (offline engine, GPU) for local models."""
     if backend not in ("transformers", "vllm"):
@@ -51,7 +52,7 @@ def build_agent(
         model, tok, label = load_model(ModelConfig(preset="path", path=str(spec.path), device=_device(device)))
         model.eval().requires_grad_(False)
         return EvalAgent(
-            HFPolicy(model, tok, sampling, max_batch=max_batch, label=label),
+            HFPolicy(model, tok, sampling, max_batch=max_batch, label=label, cuda_graph=cuda_graph),
             tok,
             sum(p.numel() for p in model.parameters()),
         )

@@ -24,6 +24,7 @@ class EvalConfig:
     max_batch: int = number(32, ge=1)
     backend: str = one_of("transformers", "vllm")  # local models: transformers (CPU/GPU) | vllm (offline, GPU)
     device: str = "auto"  # transformers backend: auto | cpu | cuda
+    cuda_graph: bool = True  # transformers backend on a GPU: each generation call's decoding as one CUDA graph
     out_dir: str = "outputs/eval"
     fresh: bool = False  # discard an earlier evaluation in the same folder instead of resuming
     tokenizer: str | None = None  # transcribes agents without one (API, scripted); default SmolLM2's
