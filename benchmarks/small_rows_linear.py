@@ -7,8 +7,9 @@ cache when it is read, as in a real step) and the output head. Interleaved repea
 Also each arm's largest error against the fp64 product. What `decode_step.SMALL_ROWS` is set from.
 
 Then whole decoding steps (`--step-rows`): greedy sampling of the real first prompt (the SOP prompt and one
-exchange per row, as `roofline.py` decodes it) with the kernel on and off (`decode_step.USE_SMALL_ROWS`),
-interleaved, ms per decoding step.
+exchange per row, as `roofline.py` decodes it), interleaved, ms per decoding step, in three arms: `fused` (all layers
+one compiled call up to `decode_step.FUSED_ROWS` rows, the operators above), `kernel` (the operators, the kernel's
+linears up to `SMALL_ROWS` rows) and `onednn` (the operators, oneDNN's linears).
 
     PYTHONPATH=. .venv/bin/python benchmarks/small_rows_linear.py [--rows 1 2 4 8 16 32] [--step-rows 1 2 4 8]
         [--model smollm2|tiny] [--out FILE]
@@ -73,24 +74,39 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    steps = result.get("steps") or []
+    fig, axes = plt.subplots(1, 2 if steps else 1, figsize=(11 if steps else 6, 3.5), squeeze=False)
+    ax = axes[0][0]
     rows = [c["rows"] for c in result["cases"]]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
     for name, label in (("kernel", "small-rows kernel"), ("onednn", "oneDNN, packed")):
         ax.plot(rows, [c["gb_s"][name] for c in result["cases"]], marker="o", label=label)
     ax.axhline(result["bandwidth_gb_s"], color="grey", linestyle="--", label="memory bandwidth (probe)")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(rows, [str(r) for r in rows])
-    ax.set_xlabel("rows")
     ax.set_ylabel("weight GB/s (one step's linears)")
     ax.set_title(f"decoding step's linear layers, {result['cpu']['model']}", fontsize=9)
-    ax.legend(fontsize=8)
+    if steps:
+        right = axes[0][1]
+        fused = f"fused step (up to {result['fused_rows']} rows, operators above)"
+        for name, label in (("fused", fused), ("kernel", "operators, kernel's linears"),
+                            ("onednn", "operators, oneDNN's linears")):  # fmt: skip
+            right.plot([c["rows"] for c in steps], [c["ms_per_step"][name] for c in steps], marker="o", label=label)
+        right.set_ylabel("ms per decoding step (SmolLM2, bf16)")
+        right.set_title("whole decoding steps, real SOP prompt", fontsize=9)
+    for a in axes[0]:
+        ticks = sorted({c["rows"] for c in result["cases"]} | {c["rows"] for c in steps})
+        a.set_xscale("log", base=2)
+        a.set_xticks(ticks, [str(r) for r in ticks])
+        a.set_xlabel("rows")
+        a.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+STEP_ARMS = {"fused": (True, True), "kernel": (True, False), "onednn": (False, False)}  # USE_SMALL_ROWS, USE_FUSED
+
+
 def decoding_steps(model, tok, sop: str, rows: int, new: int, repeats: int) -> dict:
-    """ms per decoding step of one greedy sampling call, with the kernel (on) and oneDNN (off), interleaved."""
+    """ms per decoding step of one greedy sampling call in each of `STEP_ARMS`, interleaved."""
     no_eos = SimpleNamespace(eos_token_id=-1, pad_token_id=tok.pad_token_id)  # every row decodes `new` tokens
     requests = [AgentRequest(p, [], new, seed=i) for i, p in enumerate(row_prompts(tok, sop, rows))]
 
@@ -98,17 +114,23 @@ def decoding_steps(model, tok, sop: str, rows: int, new: int, repeats: int) -> d
         policy = HFPolicy(model, no_eos, SamplingConfig(temperature=0.0), turn_cache_mb=0)
         return sum(len(o.token_ids) for o in policy.sample(requests))
 
-    times = {"kernel": [], "onednn": []}
-    keep = decode_step.USE_SMALL_ROWS
+    times = {name: [] for name in STEP_ARMS}
+    keep = decode_step.USE_SMALL_ROWS, decode_step.USE_FUSED
     try:
         for _ in range(repeats):
-            for name in times:
-                decode_step.USE_SMALL_ROWS = name == "kernel"
+            for name, (small, fused) in STEP_ARMS.items():
+                decode_step.USE_SMALL_ROWS, decode_step.USE_FUSED = small, fused
                 times[name].append(split_timing(model, sample, new - 1, 1)["decode_s"] / (new - 1) * 1e3)
     finally:
-        decode_step.USE_SMALL_ROWS = keep
+        decode_step.USE_SMALL_ROWS, decode_step.USE_FUSED = keep
     best = {name: min(t) for name, t in times.items()}
-    return {"rows": rows, "ms_per_step": best, "speedup": best["onednn"] / best["kernel"], "ms_all": times}
+    return {
+        "rows": rows,
+        "ms_per_step": best,
+        "speedup": best["onednn"] / best["kernel"],  # the kernel's linears in the operators' step
+        "fused_speedup": best["kernel"] / best["fused"],  # the fused step against the operators' best
+        "ms_all": times,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -136,6 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
     bandwidth = [bandwidth_gb_s(args.bandwidth_mib, torch.device("cpu"))]
     settings = {k: v for k, v in vars(args).items() if k != "out"}
     result = {"cpu": cpu, "threads": torch.get_num_threads(), "args": settings, "weight_bytes": nbytes, "cases": []}
+    result["fused_rows"] = decode_step.FUSED_ROWS
     with progress_bar(console) as progress:
         task = progress.add_task("rows", total=len(args.rows))
         for rows in args.rows:
@@ -186,8 +209,10 @@ def main(argv: list[str] | None = None) -> dict:
     console.print(table)
     console.print(f"memory bandwidth (probe, best of before and after): {result['bandwidth_gb_s']:.1f} GB/s")
     for c in result["steps"]:
-        console.print(f"decoding step, {c['rows']} rows ({args.model}, bf16): kernel {c['ms_per_step']['kernel']:.1f} "
-                      f"ms, oneDNN {c['ms_per_step']['onednn']:.1f} ms: {c['speedup']:.2f}x")  # fmt: skip
+        ms = c["ms_per_step"]
+        console.print(f"decoding step, {c['rows']} rows ({args.model}, bf16): fused {ms['fused']:.1f} ms, operators "
+                      f"with the kernel {ms['kernel']:.1f} ms ({c['fused_speedup']:.2f}x), with oneDNN "
+                      f"{ms['onednn']:.1f} ms (kernel {c['speedup']:.2f}x)")  # fmt: skip
     console.print(f"written {args.out} and {write_record(result, args.out, plot)}")
     return result
 

@@ -28,9 +28,10 @@ def model(request, tiny):
 
 @pytest.fixture(autouse=True)
 def onednn_linears(monkeypatch):
-    """The small-rows kernel (tested in test_small_rows_linear.py) sums in another order than oneDNN; bits are
-    compared here with oneDNN's linears."""
+    """The small-rows kernel and the fused step (tested in test_small_rows_linear.py and test_decode_layers.py) sum
+    in other orders than oneDNN and the operators; bits are compared here with oneDNN's linears."""
     monkeypatch.setattr(decode_step, "USE_SMALL_ROWS", False)
+    monkeypatch.setattr(decode_step, "USE_FUSED", False)
 
 
 @torch.no_grad()

@@ -3,16 +3,21 @@
 - `single_query_attention`: a decoding step's attention over each row's own keys and values. With torch's operators
   it is two batched matmuls of 3 query rows each plus an fp32 softmax between them; the kernel reads the keys and
   values once per row and key/value head and skips the positions a row does not use.
-- `small_rows_linear`: a linear layer at the 1-4 rows of a decoding step's tail, from a weight packed once
-  (`pack_small_rows`), streaming it at 0.6-0.7 of the machine's bandwidth where oneDNN reads 0.5-0.6 of it.
+- `small_rows_linear`: a linear layer at the rows of a decoding step, from a weight packed once
+  (`pack_small_rows`): at 1-4 rows it streams the weight at the machine's bandwidth (oneDNN: about 0.6 of it), at
+  32-64 rows it runs at 0.9-1.0 of the machine's bf16 matmul rate (oneDNN: 0.7-0.85).
+- `decode_layers`: every decoder layer of a decoding step in one call (up to 128 rows), from the two kernels above
+  and AVX-512 loops for the norms, rotary turn, cache write, residuals and SiLU: none of the ~35 operator calls a
+  layer that dominate a step at few rows.
 
-Both need AVX512-BF16 (they serve only bf16 models, the precision SEAD picks on such CPUs) and a C++ compiler
+All three need AVX512-BF16 (they serve only bf16 models, the precision SEAD picks on such CPUs) and a C++ compiler
 (`benchmarks/RESULTS.md` has their measurements).
 
 Built with the system's compiler against torch's headers in a private temporary folder (no lock that a killed
 process could leave behind), then renamed into `$SEAD_CACHE_DIR/kernels/` under a name keyed on the source, the
 compiler call and torch's version, so a stale or foreign build is never loaded. Anything that fails (no compiler,
-another CPU, a file that does not load) leaves a warning and torch's operators. `SEAD_DECODE_KERNEL=0` turns both off.
+another CPU, a file that does not load) leaves a warning and torch's operators. `SEAD_DECODE_KERNEL=0` turns them all
+off.
 """
 
 from __future__ import annotations
@@ -32,7 +37,11 @@ from sead.cache_dir import sead_cache_dir
 from sead.models.precision import cpu_flags
 
 CSRC = Path(__file__).parent / "csrc"
-KERNELS = {"single_query_attention": "decoding attention", "small_rows_linear": "small-rows linear"}  # what for
+KERNELS = {  # name -> what for
+    "single_query_attention": "decoding attention",
+    "small_rows_linear": "small-rows linear",
+    "decode_layers": "fused decoding step",
+}
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma"]
 NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")  # /proc/cpuinfo names of the flags above
 ENV = "SEAD_DECODE_KERNEL"
@@ -114,14 +123,18 @@ def small_rows_linear():
     return kernel("small_rows_linear")
 
 
+def decode_layers():
+    return kernel("decode_layers")
+
+
 def pack_small_rows(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` (out, in) in `small_rows_linear`'s layout, zero-padded to whole blocks: blocks of 16 output rows,
-    each as 4 sub-blocks of 4 rows contiguous over all inputs in chunks of 32, (blocks, 4, chunks, 4, 32)."""
+    """`weight` (out, in) in `small_rows_linear`'s layout, zero-padded to whole blocks and pairs: blocks of 32 output
+    features, each input pair by pair as two groups of 16 outputs x 2 inputs, (blocks, pairs, 2, 16, 2)."""
     out, inputs = weight.shape
-    blocks, chunks = -(-out // 16), -(-inputs // 32)
-    padded = weight.detach().new_zeros((blocks * 16, chunks * 32))
+    blocks, pairs = -(-out // 32), -(-inputs // 2)
+    padded = weight.detach().new_zeros((blocks * 32, pairs * 2))
     padded[:out, :inputs] = weight.detach()
-    return padded.view(blocks, 4, 4, chunks, 32).transpose(2, 3).contiguous()
+    return padded.view(blocks, 2, 16, pairs, 2).permute(0, 3, 1, 2, 4).contiguous()
 
 
 def _registered(name: str):

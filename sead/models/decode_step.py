@@ -10,7 +10,10 @@ calls or output objects run. Each elementwise operation is transformers' own, in
 step gives the logits of the transformers forward (tests compare them bit for bit); prompt positions keep the
 transformers path. On CPUs with AVX512-BF16 a bf16 step's linear layers at <= `SMALL_ROWS` rows take the compiled
 small-rows kernel instead of oneDNN (`decode_kernel.py`): fp32 sums as oneDNN's, added in another order, so its
-logits are not oneDNN's bits (tested to be as close to fp64); `USE_SMALL_ROWS = False` gives oneDNN's.
+logits are not oneDNN's bits (tested to be as close to fp64); `USE_SMALL_ROWS = False` gives oneDNN's. There, up
+to `FUSED_ROWS` rows, all layers of a step are one compiled call (`decode_layers`: the same arithmetic, rounded to
+bf16 where this one rounds, sums in other orders; as close to fp64 as this one, tested); `USE_FUSED = False` keeps
+the operators.
 
 Only plain Llama decoder layers (SmolLM2's architecture) with SEAD's attention are taken; for anything else
 `DecodeStep.for_model` answers None and the caller keeps the model's own forward.
@@ -27,7 +30,7 @@ from torch import nn
 
 from sead.models.attention import NAME as ATTENTION
 from sead.models.attention import gqa_attention
-from sead.models.decode_kernel import pack_small_rows, small_rows_linear
+from sead.models.decode_kernel import decode_layers, pack_small_rows, small_rows_linear
 from sead.models.packed_linear import PACKED_DTYPES, pack_weight, packed_forward, packing_available
 from sead.models.weights import weights_version
 
@@ -39,8 +42,11 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
     return norm.weight * h.to(x.dtype)
 
 
-SMALL_ROWS = 4  # where the kernel's gain ends (benchmarks/small_rows_linear.py: 1.1-1.3x at 1-4 rows, ~1x at 8)
+SMALL_ROWS = 256  # the kernel's linears measured faster than oneDNN's up to here (1.5x at 1-8 rows, 1.04x at 256)
 USE_SMALL_ROWS = True
+FUSED_ROWS = 128  # up to here a step is one `decode_layers` call (2.3x at 8 rows, 1.3x at 128: RESULTS.md)
+USE_FUSED = True
+PREFIX_MATMUL_ROWS = 48  # from here the fused step attends the shared prompt by matmuls (1x at 16-32 rows, 1.17x at 64)
 
 
 def _linear(weight: torch.Tensor, packed: bool):
@@ -103,6 +109,22 @@ class _Layer:
         self.inner = mlp.gate_proj.out_features
 
 
+def _fused_weights(layers: list[_Layer]) -> dict | None:
+    """What `decode_layers` takes of every layer: the norms' weights and the small-rows packs of its linears; None
+    where the step has no such packs (not bf16, no kernel) or the fused step cannot be built here."""
+    linears = [f for layer in layers for f in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+    if not all(isinstance(f, _SmallRowsOr) for f in linears) or decode_layers() is None:
+        return None
+    return {
+        "norm_in": [layer.norm_in.weight.detach() for layer in layers],
+        "qkv": [layer.qkv.packed for layer in layers],
+        "o": [layer.o.packed for layer in layers],
+        "norm_post": [layer.norm_post.weight.detach() for layer in layers],
+        "gate_up": [layer.gate_up.packed for layer in layers],
+        "down": [layer.down.packed for layer in layers],
+    }
+
+
 class DecodeStep:
     """`step(tokens, positions, mask, cache, column, shared_kv)`: the next-token logits (rows, 1, vocab) of one token
     per row, its keys and values written into `cache` (a `BatchCache`) at `column` (a one-element index tensor), as
@@ -117,7 +139,7 @@ class DecodeStep:
         cfg = model.config
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
-        self._built: tuple | None = None  # ((weights version, dtype, device), layers, lm head)
+        self._built: tuple | None = None  # ((weights version, dtype, device), layers, lm head, fused weights)
 
     @classmethod
     def for_model(cls, model) -> DecodeStep | None:
@@ -140,8 +162,9 @@ class DecodeStep:
         if self._built is None or self._built[0] != key:
             packed = packing_available(model, self.pack_dtypes)
             layers = [_Layer(layer, packed) for layer in model.model.layers]
-            self._built = (key, layers, _linear(model.lm_head.weight.detach(), packed))
-        return self._built[1], self._built[2]
+            fused = _fused_weights(layers) if self.head_dim in (64, 128) else None
+            self._built = (key, layers, _linear(model.lm_head.weight.detach(), packed), fused)
+        return self._built[1:]
 
     def usable(self) -> bool:
         """Autocast would change the dtypes the step computes in, and a model switched to another attention since
@@ -154,17 +177,28 @@ class DecodeStep:
     def ready(self):
         """The step for one sampling call: the weights' concatenations checked against the model here, once, not at
         every step (nothing changes the weights during a call)."""
-        layers, lm_head = self._parts()
-        return partial(self._step, layers, lm_head)
+        layers, lm_head, fused = self._parts()
+        return partial(self._step, layers, lm_head, fused)
 
     def __call__(self, tokens, positions, mask, cache, column, shared_kv=None) -> torch.Tensor:
         return self.ready()(tokens, positions, mask, cache, column, shared_kv)
 
-    def _step(self, layers, lm_head, tokens, positions, mask, cache, column, shared_kv=None) -> torch.Tensor:
+    def _step(self, layers, lm_head, fused, tokens, positions, mask, cache, column, shared_kv=None) -> torch.Tensor:
         inner = self.model.model
         rows, nh, nkv, d = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
         cos, sin = self._rotary(positions, x.dtype)
+        if fused is not None and USE_FUSED and rows <= FUSED_ROWS and mask is not None and mask.dtype == torch.bool:
+            valid = mask.reshape(rows, -1)
+            keys, values = [c.keys for c in cache.layers], [c.values for c in cache.layers]
+            prefix = shared_kv or []
+            x = decode_layers()(
+                x.view(rows, -1), cos.view(rows, d), sin.view(rows, d), *fused.values(), keys, values,
+                [p[0] for p in prefix], [p[1] for p in prefix], valid if valid.is_contiguous() else valid.contiguous(),
+                int(column), nh, nkv, layers[0].inner, layers[0].norm_in.variance_epsilon, layers[0].attn.scaling,
+                PREFIX_MATMUL_ROWS,
+            )[:, None]  # fmt: skip
+            return lm_head(_rms_norm(x, inner.norm))
         for i, layer in enumerate(layers):
             qkv = layer.qkv(_rms_norm(x, layer.norm_in))
             qk = qkv[..., : (nh + nkv) * d].view(rows, 1, nh + nkv, d).transpose(1, 2)

@@ -36,4 +36,10 @@ inline __m512 widen16(const at::BFloat16* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// the first lanes of 16 bf16 -> floats (the rest 0), reading only the positions `keep` marks
+inline __m512 widen16_masked(const at::BFloat16* p, __mmask16 keep) {
+  const __m256i h = _mm256_maskz_loadu_epi16(keep, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 }  // namespace sead
