@@ -200,3 +200,19 @@ def test_bad_inputs_are_refused_with_the_reason(op):
             op(**(args | change), **shape)
     with pytest.raises(RuntimeError, match="do not group"):
         op(**args, **(shape | {"kv_heads": 2}))
+
+
+def test_with_the_kernels_turned_off_the_operators_run(models, monkeypatch):
+    """`SEAD_DECODE_KERNEL=0` (README) declines every compiled kernel, the fused step included."""
+    monkeypatch.setenv("SEAD_DECODE_KERNEL", "0")
+    decode_kernel.kernel.cache_clear()
+    try:
+        assert all(decode_kernel.kernel(name) is None for name in decode_kernel.KERNELS)
+        model = copy.deepcopy(models[0])  # a model of its own: its step is built afresh, without the kernels
+        step = DecodeStep.for_model(model)
+        assert step.ready().args[2] is None  # no fused weights: the operators' step
+        logits = run(model, 2, True, True, monkeypatch)[0]
+        exact = run(models[1], 2, True, True, monkeypatch)[0]
+        assert (logits - exact).abs().max() < 0.5
+    finally:
+        decode_kernel.kernel.cache_clear()
