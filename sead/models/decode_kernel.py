@@ -4,8 +4,8 @@
   it is two batched matmuls of 3 query rows each plus an fp32 softmax between them; the kernel reads the keys and
   values once per row and key/value head and skips the positions a row does not use.
 - `small_rows_linear`: a linear layer at the rows of a decoding step, from a weight packed once
-  (`pack_small_rows`): at 1-4 rows it streams the weight at the machine's bandwidth (oneDNN: about 0.6 of it), at
-  32-64 rows it runs at 0.9-1.0 of the machine's bf16 matmul rate (oneDNN: 0.7-0.85).
+  (`pack_small_rows`): at 1-8 rows it streams the weight at 0.75-0.8 of the machine's measured bandwidth (oneDNN:
+  about 0.5), at 32-64 rows it runs at 0.9-1.0 of the machine's bf16 matmul rate (oneDNN: 0.7-0.85).
 - `decode_layers`: every decoder layer of a decoding step in one call (up to 128 rows), from the two kernels above
   and AVX-512 loops for the norms, rotary turn, cache write, residuals and SiLU: none of the ~35 operator calls a
   layer that dominate a step at few rows.

@@ -7,9 +7,10 @@
 // each of the block's two groups of 16 outputs. Each `vdpbf16ps` then multiplies such a register by one row's input
 // pair broadcast to every lane, so a lane holds one output's running sum: no horizontal reduction, and each block is
 // one sequential stream (the hardware prefetcher's best case). A tile of up to 12 rows keeps 24 accumulators in
-// registers; more rows take the block again (from L2). At 1-4 rows it streams the weights at the machine's
-// bandwidth; at 32-64 rows it runs at 0.9-1.0x of its bf16 matmul rate, 1.2-1.3x oneDNN's (session 34,
-// benchmarks/RESULTS.md; an earlier layout that summed 32 inputs per lane and reduced across lanes ran at 0.6x).
+// registers; more rows take the block again (from L2). At 1-8 rows it streams the weights at 0.75-0.8 of the
+// machine's measured bandwidth (oneDNN: about 0.5); at 32-64 rows it runs at 0.9-1.0 of its bf16 matmul rate
+// (oneDNN: 0.7-0.85; session 34, benchmarks/RESULTS.md; an earlier layout that summed 32 inputs per lane and reduced
+// across lanes ran at 0.6 of it).
 #pragma once
 
 #include <ATen/Parallel.h>
