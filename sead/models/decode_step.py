@@ -51,24 +51,29 @@ PREFIX_MATMUL_ROWS = 48  # from here the fused step attends the shared prompt by
 
 def _linear(weight: torch.Tensor, packed: bool):
     """`x -> x @ weight.T` as `PackedLinears` would compute it for a layer with this weight: from a oneDNN pack
-    where that is bit-equal to `F.linear`, else `F.linear`; at few rows the small-rows kernel where it runs."""
+    where that is bit-equal to `F.linear`, else `F.linear`; at a decoding step's rows the small-rows kernel where it
+    runs."""
     if not packed:
         return partial(F.linear, weight=weight)
-    large = partial(packed_forward, pack_weight(weight), None)
     op = small_rows_linear() if weight.dtype == torch.bfloat16 else None
-    return large if op is None else _SmallRowsOr(large, op, pack_small_rows(weight), weight.shape[0])
+    return partial(packed_forward, pack_weight(weight), None) if op is None else _SmallRowsOr(weight, op)
 
 
 class _SmallRowsOr:
-    """The compiled small-rows kernel up to `SMALL_ROWS` rows of x, `large` above."""
+    """The compiled small-rows kernel up to `SMALL_ROWS` rows of x, oneDNN's packed linear above. The oneDNN pack is
+    made on its first use: the kernel takes every decoding row count measured, and the packs are made again after
+    every weight update."""
 
-    def __init__(self, large, op, packed: torch.Tensor, out: int):
-        self.large, self.op, self.packed, self.out = large, op, packed, out
+    def __init__(self, weight: torch.Tensor, op):
+        self.weight, self.op, self.packed, self.out = weight, op, pack_small_rows(weight), weight.shape[0]
+        self._large = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if USE_SMALL_ROWS and x.numel() <= SMALL_ROWS * x.shape[-1]:
             return self.op(x, self.packed, self.out)
-        return self.large(x)
+        if self._large is None:
+            self._large = pack_weight(self.weight)
+        return packed_forward(self._large, None, x)
 
 
 def supported(model) -> bool:
@@ -189,12 +194,11 @@ class DecodeStep:
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
         cos, sin = self._rotary(positions, x.dtype)
         if fused is not None and USE_FUSED and rows <= FUSED_ROWS and mask is not None and mask.dtype == torch.bool:
-            valid = mask.reshape(rows, -1)
             keys, values = [c.keys for c in cache.layers], [c.values for c in cache.layers]
             prefix = shared_kv or []
             x = decode_layers()(
                 x.view(rows, -1), cos.view(rows, d), sin.view(rows, d), *fused.values(), keys, values,
-                [p[0] for p in prefix], [p[1] for p in prefix], valid if valid.is_contiguous() else valid.contiguous(),
+                [p[0] for p in prefix], [p[1] for p in prefix], mask.reshape(rows, -1).contiguous(),
                 int(column), nh, nkv, layers[0].inner, layers[0].norm_in.variance_epsilon, layers[0].attn.scaling,
                 PREFIX_MATMUL_ROWS,
             )[:, None]  # fmt: skip
