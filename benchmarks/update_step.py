@@ -14,9 +14,16 @@ where the CPU has native bf16), on the same sequences and from the same weights:
   computes them as values; before, they kept their autograd graph (a log-softmax product over the vocabulary for
   every agent token) and entered the loss times zero, so the backward pass walked it too. On branched groups, as
   `--case branched`. Both ways end at the same weights (checked).
+- `--case head`: the chosen tokens' log-probs and entropies through the LM head (`sead.trainer.token_logprobs`:
+  the vocabulary-wide work a slice of rows at a time, the logits' gradient written over them) against the plain
+  way (the full logits cast to fp32, divided by the temperature, log-softmax, gather, and each of their
+  gradients, tokens x vocabulary each). On branched groups, as `--case branched`. The same gradient up to
+  rounding (compared).
 
-    .venv/bin/python benchmarks/update_step.py [--case old_pass|branched|entropy] [--sequences 10] [--groups 4 --size 8]
-        [--repeats 2] [--model smollm2|/hf/folder]
+Each way's page faults and system CPU time during its fastest update are recorded beside its seconds.
+
+    .venv/bin/python benchmarks/update_step.py [--case old_pass|branched|entropy|head] [--sequences 10]
+        [--groups 4 --size 8] [--repeats 2] [--model smollm2|/hf/folder]
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import argparse
 import copy
 import json
 import random
+import resource
+import sys
 from pathlib import Path
 
 import torch
@@ -35,6 +44,7 @@ from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, cpu_info
 from sead.timing import timed
 from sead.trainer.estimators import Sequence
+from sead.trainer.losses import entropy_from_logp
 from sead.trainer.schema import UpdateConfig
 from sead.trainer.update import Updater
 
@@ -100,11 +110,30 @@ class EntropyInGraph(Updater):
         return True
 
 
+def full_logits(head, hidden, targets, temperature):
+    """The LM head's part as `masked_logprobs` ran it before `token_logprobs`."""
+    every = torch.log_softmax(head(hidden).float() / temperature, -1)
+    return every.gather(-1, targets[:, None]).squeeze(-1), entropy_from_logp(every)
+
+
+class FullLogits(Updater):
+    """The update with the plain way through the LM head."""
+
+    def step(self, seqs):
+        update_module = sys.modules[Updater.__module__]
+        sliced, update_module.token_logprobs = update_module.token_logprobs, full_logits
+        try:
+            return super().step(seqs)
+        finally:
+            update_module.token_logprobs = sliced
+
+
 # case: (the way before, the way now, what "now" is called in the summary)
 CASES = {
     "old_pass": (("old_pass", WithOldPass), ("skipped", Updater), "skipping the old-log-prob pass"),
     "branched": (("by_length", ByLength), ("by_group", Updater), "micro-batches by branched group"),
     "entropy": (("in_graph", EntropyInGraph), ("values_only", Updater), "entropies as logged values"),
+    "head": (("full_logits", FullLogits), ("sliced", Updater), "the LM head's log-probs a slice at a time"),
 }
 
 
@@ -137,15 +166,21 @@ def main(argv: list[str] | None = None) -> dict:
         seqs = branched_groups(tok, args.groups, args.size)
     *ways, summary = CASES[args.case]
     seconds, weights, grads = {}, {}, {}
+    faults, system = {}, {}
     for name, cls in ways:
         best = float("inf")
         for _ in range(args.repeats):  # each repeat from the same weights and optimiser state
             model = copy.deepcopy(master)
             updater = cls(model, None, update, temperature=1.0, autocast=precision.autocast)
-            best = min(best, timed(lambda u=updater: u.step(copy.deepcopy(seqs)), 1))
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            took = timed(lambda u=updater: u.step(copy.deepcopy(seqs)), 1)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            if took < best:
+                best, faults[name] = took, after.ru_minflt - before.ru_minflt
+                system[name] = after.ru_stime - before.ru_stime
         seconds[name] = best
         weights[name], grads[name] = flat(model, "data"), flat(model, "grad")  # the grad the optimiser stepped on
-        console.print(f"{name}: {best:.2f} s per update")
+        console.print(f"{name}: {best:.2f} s per update, {faults[name]:,} page faults, {system[name]:.2f} s system CPU")
     (before, _), (now, _) = ways
     gap = float((grads[before] - grads[now]).norm() / grads[before].norm())
     out = {
@@ -156,6 +191,8 @@ def main(argv: list[str] | None = None) -> dict:
         "trained_tokens": int(sum(int(s.mask.sum()) for s in seqs)),
         "seconds": seconds,
         "speedup": seconds[before] / seconds[now],
+        "page_faults": faults,
+        "system_cpu_s": system,
         "max_weight_difference": float((weights[before] - weights[now]).abs().max()),
         "max_weight_change": float((weights[now] - flat(master, "data")).abs().max()),  # the update moved them
         "gradient_relative_difference": gap,  # |g_before - g_now| / |g_before|

@@ -14,9 +14,10 @@ from sead.errors import SEADInputError
 from sead.policy.hf import common_prefix_length
 from sead.trainer.estimators import ESTIMATORS, Sequence
 from sead.trainer.lora import is_lora
-from sead.trainer.losses import clipped_policy_loss, entropy_from_logp, low_var_kl, token_mean
+from sead.trainer.losses import clipped_policy_loss, low_var_kl, token_mean
 from sead.trainer.rollout_correction import RolloutMismatch
 from sead.trainer.schema import UpdateConfig
+from sead.trainer.token_logprobs import token_logprobs
 
 MIN_SHARED_PREFIX = 16  # below this, a separate prefix pass costs more than it saves
 
@@ -134,9 +135,9 @@ def masked_logprobs(
     rows' gradients meet in the one copy, so the result is the full forward's, at a fraction of the cost. With
     `context` (the update's `SharedContext`), the part of it every sequence of the update shares is not run again
     here, and the caller owes `context.backward()` after this micro-batch's backward pass.
-    Only positions that predict an agent token go through the LM head: the full-vocabulary logits of the
-    prompt and user text are never materialised. Without `entropy_grad` the entropies are values only (for the
-    log): no autograd graph over the vocabulary is built for them, nor walked back."""
+    Only positions that predict an agent token go through the LM head (`token_logprobs`: the vocabulary-wide work
+    a slice of rows at a time): the full-vocabulary logits of the prompt and user text are never materialised.
+    Without `entropy_grad` the entropies are values only (for the log): nothing is sent back through them."""
     device = next(model.parameters()).device
     shared = shared_prompt_length(seqs) if share_prefix else 0
     cache = None
@@ -167,14 +168,10 @@ def masked_logprobs(
         logits_to_keep=1,
     ).hidden_states[-1]
     pick = target[:, 1:]  # hidden state at t predicts token t+1
-    logits = model.get_output_embeddings()(hidden[:, :-1][pick]).float() / temperature
-    every = torch.log_softmax(logits, -1)
-    logp = every.gather(-1, ids[:, 1:][pick][:, None]).squeeze(-1)
+    head = model.get_output_embeddings()
+    logp, ent = token_logprobs(head, hidden[:, :-1][pick], ids[:, 1:][pick], temperature)
     counts = pick.sum(-1).tolist()
-    ent = None
-    if with_entropy:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
-            ent = entropy_from_logp(every)
+    ent = (ent if entropy_grad else ent.detach()) if with_entropy else None
     return Scored(
         list(torch.split(logp, counts)),
         list(torch.split(ent, counts)) if ent is not None else None,
