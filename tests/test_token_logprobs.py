@@ -20,7 +20,7 @@ def values_and_grads(fn, head, hidden, targets, weights):
     head.zero_grad(set_to_none=True)
     logp, ent = fn(head, hidden, targets, 0.7)
     a, b = weights
-    (a * (logp * torch.linspace(0.5, 1.5, len(logp))).sum() + b * ent.sum()).backward()
+    (a * (logp * torch.linspace(0.5, 1.5, len(logp), device=logp.device)).sum() + b * ent.sum()).backward()
     grads = [hidden.grad, head.weight.grad] + ([head.bias.grad] if head.bias is not None else [])
     return [logp.detach(), ent.detach()], grads
 
