@@ -1,6 +1,7 @@
 """benchmarks/update_step.py on the tiny model: both ways of getting the old log-probs end at the same weights,
 micro-batches by branched group and by length give one gradient, so do entropies kept in the graph and logged as
-values, and the LM head's log-probs over the full logits and a slice at a time; every way is timed. No timing is asserted (tests are not timers)."""
+values, and the LM head's log-probs over the full logits and a slice at a time; every way is timed. No timing is
+asserted (tests are not timers)."""
 
 import json
 
