@@ -44,8 +44,8 @@ from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, cpu_info
 from sead.timing import timed
 from sead.trainer.estimators import Sequence
-from sead.trainer.losses import entropy_from_logp
 from sead.trainer.schema import UpdateConfig
+from sead.trainer.token_logprobs import full_logits
 from sead.trainer.update import Updater
 
 console = Console()
@@ -110,14 +110,8 @@ class EntropyInGraph(Updater):
         return True
 
 
-def full_logits(head, hidden, targets, temperature):
-    """The LM head's part as `masked_logprobs` ran it before `token_logprobs`."""
-    every = torch.log_softmax(head(hidden).float() / temperature, -1)
-    return every.gather(-1, targets[:, None]).squeeze(-1), entropy_from_logp(every)
-
-
 class FullLogits(Updater):
-    """The update with the plain way through the LM head."""
+    """The update with the plain way through the LM head (as `masked_logprobs` ran it before `token_logprobs`)."""
 
     def step(self, seqs):
         update_module = sys.modules[Updater.__module__]

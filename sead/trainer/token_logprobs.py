@@ -72,8 +72,7 @@ def token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.T
     matmuls run in its dtype, as `head(hidden)` would. A head other than a plain `nn.Linear` (an adapter wrapping it,
     say) runs as a module, with the vocabulary-wide tensors of the plain way."""
     if type(head) is not torch.nn.Linear:
-        every = torch.log_softmax(head(hidden).float() / temperature, -1)
-        return every.gather(-1, targets[:, None]).squeeze(-1), entropy_from_logp(every)
+        return full_logits(head, hidden, targets, temperature)
     weight, bias = head.weight, head.bias
     device = hidden.device.type
     if torch.is_autocast_enabled(device):  # autocast's cast, outside the function so its backward is autograd's
@@ -82,3 +81,10 @@ def token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.T
         bias = bias.to(dtype) if bias is not None else None
     with torch.autocast(device, enabled=False):
         return _TokenLogProbs.apply(hidden, weight, bias, targets, float(temperature))
+
+
+def full_logits(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float):
+    """`token_logprobs` the plain way: the whole logits in fp32, log-softmax, gather (heads other than a plain
+    `nn.Linear`; `benchmarks/update_step.py --case head` times it against the slices)."""
+    every = torch.log_softmax(head(hidden).float() / temperature, -1)
+    return every.gather(-1, targets[:, None]).squeeze(-1), entropy_from_logp(every)
