@@ -168,14 +168,14 @@ def masked_logprobs(
         logits_to_keep=1,
     ).hidden_states[-1]
     pick = target[:, 1:]  # hidden state at t predicts token t+1
-    head = model.get_output_embeddings()
-    logp, ent = token_logprobs(head, hidden[:, :-1][pick], ids[:, 1:][pick], temperature)
+    scored = hidden[:, :-1][pick]
+    logp, ent = token_logprobs(model.get_output_embeddings(), scored, ids[:, 1:][pick], temperature)
     counts = pick.sum(-1).tolist()
     ent = (ent if entropy_grad else ent.detach()) if with_entropy else None
     return Scored(
         list(torch.split(logp, counts)),
         list(torch.split(ent, counts)) if ent is not None else None,
-        list(torch.split(hidden[:, :-1][pick], counts)),
+        list(torch.split(scored, counts)),
     )
 
 
