@@ -14,7 +14,8 @@ step's rollout + update seconds (`metrics.jsonl`). The scripted user grew strict
 plays other greedy tokens than fp32, so the two arms may play dialogues of other lengths: agent tokens per second is
 the fair ratio, and the tokens, turns and prompt tokens of each pass are printed beside it.
 
-    .venv/bin/python benchmarks/before_after.py WARMUP [--before 66a9453] [--profiles 32] [--repeats 2] [key=value ...]
+    .venv/bin/python benchmarks/before_after.py WARMUP [--before 66a9453] [--profiles 32]
+        [--repeats 2] [--no-eval | --no-step] [key=value ...]
 
 WARMUP is a warm-up folder (`model/` and `summary.json`, e.g. a learning-curve run's `warmup/warmup`); extra
 key=value overrides go to both arms.
@@ -129,15 +130,16 @@ def report(result: dict) -> None:
     table = Table(title=f"before ({result['before']}) and after ({result['after']})", title_justify="left")
     for col in ("what", "before s", "after s", "after / before speed", "before", "after"):
         table.add_column(col)
-    b, a = best(result["eval"]["before"]), best(result["eval"]["after"])
-    table.add_row(
-        f"evaluation pass, {result['profiles']} dialogues (play only)",
-        f"{b['s']:.1f}",
-        f"{a['s']:.1f}",
-        f"{a['agent_tok_s'] / b['agent_tok_s']:.2f}x per agent token, {b['s'] / a['s']:.2f}x per pass",
-        f"{b['agent_tokens']} agent tok, {b['turns']:.2f} turns, CR {b['CR']:.2f}",
-        f"{a['agent_tokens']} agent tok, {a['turns']:.2f} turns, CR {a['CR']:.2f}",
-    )
+    if result["eval"]["before"]:
+        b, a = best(result["eval"]["before"]), best(result["eval"]["after"])
+        table.add_row(
+            f"evaluation pass, {result['profiles']} dialogues (play only)",
+            f"{b['s']:.1f}",
+            f"{a['s']:.1f}",
+            f"{a['agent_tok_s'] / b['agent_tok_s']:.2f}x per agent token, {b['s'] / a['s']:.2f}x per pass",
+            f"{b['agent_tokens']} agent tok, {b['turns']:.2f} turns, CR {b['CR']:.2f}",
+            f"{a['agent_tokens']} agent tok, {a['turns']:.2f} turns, CR {a['CR']:.2f}",
+        )
     if result["step"]["before"]:
         b, a = best(result["step"]["before"]), best(result["step"]["after"])
         table.add_row(
@@ -162,9 +164,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rollouts", type=int, default=5, help="rollouts per profile in the GRPO step")
     ap.add_argument("--repeats", type=int, default=2, help="passes per arm, alternating; the best counts")
     ap.add_argument("--no-step", action="store_true", help="the evaluation pass only")
+    ap.add_argument("--no-eval", action="store_true", help="the GRPO step only")
     ap.add_argument("--work", type=Path, help="where the arms write (default: a new temporary folder)")
     ap.add_argument("--out", type=Path, default=HERE / "before_after.json")
     args, extra = ap.parse_known_args(argv)
+    kinds = ([] if args.no_eval else ["eval"]) + ([] if args.no_step else ["step"])
+    if not kinds:
+        ap.error("--no-eval and --no-step leave nothing to measure")
     if bad := [e for e in extra if "=" not in e]:
         ap.error(f"unrecognised arguments: {' '.join(bad)} (overrides are key=value)")
     warmup = args.warmup.resolve()
@@ -184,7 +190,6 @@ def main(argv: list[str] | None = None) -> dict:
         "eval": {"before": [], "after": []},
         "step": {"before": [], "after": []},
     }
-    kinds = ["eval"] + ([] if args.no_step else ["step"])
     with progress_bar(console) as progress:
         task = progress.add_task("passes", total=args.repeats * 2 * len(kinds))
         for i in range(args.repeats):

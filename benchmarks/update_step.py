@@ -19,10 +19,15 @@ where the CPU has native bf16), on the same sequences and from the same weights:
   way (the full logits cast to fp32, divided by the temperature, log-softmax, gather, and each of their
   gradients, tokens x vocabulary each). On branched groups, as `--case branched`. The same gradient up to
   rounding (compared).
+- `--case attention`: the attention of training forwards through SEAD's compiled causal kernel
+  (`sead.models.training_attention`: no mask, the keys above the diagonal and padded queries skipped) against
+  torch's CPU flash kernel given the mask, on whole dialogues (`--sequences` of them: the SOP prompt, then 8 turns,
+  the agent's trained). The same gradient up to bf16 rounding (compared). Where the kernel cannot run (no
+  AVX512-BF16, fp32), both ways are torch's.
 
 Each way's page faults and system CPU time during its fastest update are recorded beside its seconds.
 
-    .venv/bin/python benchmarks/update_step.py [--case old_pass|branched|entropy|head] [--sequences 10]
+    .venv/bin/python benchmarks/update_step.py [--case old_pass|branched|entropy|head|attention] [--sequences 10]
         [--groups 4 --size 8] [--repeats 2] [--model smollm2|/hf/folder]
 """
 
@@ -40,6 +45,7 @@ import torch
 from rich.console import Console
 
 from sead.config import build_scenario, load_config
+from sead.models import training_attention
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, cpu_info
 from sead.timing import timed
@@ -122,12 +128,44 @@ class FullLogits(Updater):
             update_module.token_logprobs = sliced
 
 
+def dialogues(tok, n: int, turns: int = 8, seed: int = 0) -> list[Sequence]:
+    """`n` whole dialogues as GRPO trains them: the SOP prompt in the chat template, then `turns` turns of a user
+    (30-80 tokens) and the agent (40-144 tokens, trained); advantages of both signs. Token values do not change the
+    work."""
+    rng = random.Random(seed)
+    sop = build_scenario(load_config([])).agent_system_prompt()
+    chat = [{"role": "system", "content": sop}, {"role": "user", "content": "Hello?"}]
+    opening = list(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
+    seqs = []
+    for i in range(n):
+        ids, mask = list(opening), [0] * len(opening)
+        for _ in range(rng.randint(turns // 2, turns)):
+            reply = [rng.randrange(100, 40_000) for _ in range(rng.randint(40, 144))]
+            user = [rng.randrange(100, 40_000) for _ in range(rng.randint(30, 80))]
+            ids += reply + user
+            mask += [1] * len(reply) + [0] * len(user)
+        seqs.append(Sequence(torch.tensor(ids), torch.tensor(mask), 1.0 if i % 2 else -1.0, episode=i))
+    return seqs
+
+
+class TorchAttention(Updater):
+    """The update with torch's CPU flash kernel and the mask for the attention of its forwards."""
+
+    def step(self, seqs):
+        kept, training_attention.ENABLED = training_attention.ENABLED, False
+        try:
+            return super().step(seqs)
+        finally:
+            training_attention.ENABLED = kept
+
+
 # case: (the way before, the way now, what "now" is called in the summary)
 CASES = {
     "old_pass": (("old_pass", WithOldPass), ("skipped", Updater), "skipping the old-log-prob pass"),
     "branched": (("by_length", ByLength), ("by_group", Updater), "micro-batches by branched group"),
     "entropy": (("in_graph", EntropyInGraph), ("values_only", Updater), "entropies as logged values"),
     "head": (("full_logits", FullLogits), ("sliced", Updater), "the LM head's log-probs a slice at a time"),
+    "attention": (("torch_flash", TorchAttention), ("kernel", Updater), "the compiled training attention"),
 }
 
 
@@ -139,7 +177,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", choices=CASES, default="old_pass")
     ap.add_argument("--model", default="smollm2", help="'smollm2' (the packaged model) or a local HF folder")
-    ap.add_argument("--sequences", type=int, default=10, help="old_pass: segments per update (2 x 5 rollouts)")
+    ap.add_argument(
+        "--sequences", type=int, default=10, help="old_pass: segments per update (2 x 5 rollouts); attention: dialogues"
+    )
     ap.add_argument("--groups", type=int, default=4, help="branched, entropy: groups per update")
     ap.add_argument("--size", type=int, default=8, help="branched, entropy: continuations per group")
     ap.add_argument("--repeats", type=int, default=2)
@@ -156,6 +196,8 @@ def main(argv: list[str] | None = None) -> dict:
     console.print(f"CPU: {cpu_info()['model']}; precision: {precision.describe()}")
     if args.case == "old_pass":
         seqs = sequences(tok, args.sequences)
+    elif args.case == "attention":
+        seqs = dialogues(tok, args.sequences)
     else:
         seqs = branched_groups(tok, args.groups, args.size)
     *ways, summary = CASES[args.case]

@@ -59,3 +59,16 @@ def test_a_folder_that_is_not_a_warm_up_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         module.main([str(tmp_path)])
     assert "is not a warm-up folder" in capsys.readouterr().err
+
+
+def test_the_step_alone(tiny_model_dir, tmp_path, capsys):
+    """`--no-eval`: only the GRPO step is played, by both arms; the report leaves the evaluation out."""
+    module = load_benchmark("before_after")
+    argv = [str(warmup_folder(tiny_model_dir, tmp_path)), "--before", "HEAD", "--no-eval", "--rollouts", "2"]
+    argv += ["--repeats", "1", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out.json"), *TINY]
+    result = module.main(argv)
+    assert result["eval"] == {"before": [], "after": []}
+    assert all(len(result["step"][arm]) == 1 and result["step"][arm][0]["trained_tokens"] > 0 for arm in result["step"])
+    with pytest.raises(SystemExit):
+        module.main([*argv, "--no-step"])
+    assert "leave nothing to measure" in capsys.readouterr().err

@@ -41,7 +41,9 @@ KERNELS = {  # name -> what for
     "single_query_attention": "decoding attention",
     "small_rows_linear": "small-rows linear",
     "decode_layers": "fused decoding step",
+    "causal_attention": "training attention",
 }
+OPERATOR = {"causal_attention": "causal_attention_forward"}  # the operator a library is known by, where not its name
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma"]
 NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")  # /proc/cpuinfo names of the flags above
 ENV = "SEAD_DECODE_KERNEL"
@@ -127,6 +129,11 @@ def decode_layers():
     return kernel("decode_layers")
 
 
+def causal_attention():
+    """The module of `causal_attention_forward` / `_backward`, or None."""
+    return kernel("causal_attention") and torch.ops.sead
+
+
 def pack_small_rows(weight: torch.Tensor) -> torch.Tensor:
     """`weight` (out, in) in `small_rows_linear`'s layout, zero-padded to whole blocks and pairs: blocks of 32 output
     features, each input pair by pair as two groups of 16 outputs x 2 inputs, (blocks, pairs, 2, 16, 2)."""
@@ -140,7 +147,7 @@ def pack_small_rows(weight: torch.Tensor) -> torch.Tensor:
 def _registered(name: str):
     """The operator, if a library of this process registered it already."""
     try:
-        return getattr(torch.ops.sead, name)
+        return getattr(torch.ops.sead, OPERATOR.get(name, name))
     except (AttributeError, RuntimeError):
         return None
 
@@ -156,7 +163,7 @@ def _load(name: str):
             print(f"[sead] building the {KERNELS[name]} kernel in {target.parent} (once, ~15 s)", file=sys.stderr)
             _build(name, target)
         torch.ops.load_library(str(target))
-        return getattr(torch.ops.sead, name)
+        return getattr(torch.ops.sead, OPERATOR.get(name, name))
     except Exception as e:  # noqa: BLE001 - any failure means torch's own operators, which are always correct
         warnings.warn(f"the {KERNELS[name]} kernel is not used ({type(e).__name__}: {e}); "
                       f"decoding takes torch's operators", stacklevel=2)  # fmt: skip

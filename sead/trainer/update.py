@@ -11,6 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from sead.errors import SEADInputError
+from sead.models.attention import NAME as ATTENTION
 from sead.policy.hf import common_prefix_length
 from sead.trainer.estimators import ESTIMATORS, Sequence
 from sead.trainer.lora import is_lora
@@ -93,7 +94,7 @@ class SharedContext:
     def __init__(self, model, ids: torch.Tensor):
         self.ids = ids
         device = next(model.parameters()).device
-        cache = model(input_ids=ids[None].to(device), use_cache=True).past_key_values
+        cache = model(input_ids=ids[None].to(device), use_cache=True, **_row_lengths(model, ids[None])).past_key_values
         self._computed = [t for layer in cache.layers for t in (layer.keys, layer.values)]
         self._sums: list[torch.Tensor | None] = [None] * len(self._computed)
 
@@ -146,7 +147,8 @@ def masked_logprobs(
         cache = context.cache() if done else None
         if shared > done:  # what this micro-batch's rows share beyond the update's context, run once for them
             rest = seqs[0].ids[None, done:shared].to(device)
-            cache = model(input_ids=rest, past_key_values=cache, use_cache=True).past_key_values
+            cache = model(input_ids=rest, past_key_values=cache, use_cache=True, **_row_lengths(model, rest))
+            cache = cache.past_key_values
         cache.batch_repeat_interleave(len(seqs))
     width = max(len(s.ids) for s in seqs) - shared
     ids = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -166,6 +168,7 @@ def masked_logprobs(
         past_key_values=cache,
         output_hidden_states=True,
         logits_to_keep=1,
+        **_row_lengths(model, attn[:, shared:], own=attn[:, shared:].sum(-1)),
     ).hidden_states[-1]
     pick = target[:, 1:]  # hidden state at t predicts token t+1
     scored = hidden[:, :-1][pick]
@@ -177,6 +180,15 @@ def masked_logprobs(
         list(torch.split(ent, counts)) if ent is not None else None,
         list(torch.split(scored, counts)),
     )
+
+
+def _row_lengths(model, ids: torch.Tensor, own: torch.Tensor | None = None) -> dict:
+    """The model-call keyword that tells SEAD's attention each row's own positions of `ids` (all of them, or `own`
+    where rows are right-padded) after those already cached: its compiled training kernel
+    (`sead.models.training_attention`). Nothing for another attention."""
+    if getattr(model.config, "_attn_implementation", None) != ATTENTION:
+        return {}
+    return {"row_lengths": own if own is not None else torch.full((ids.shape[0],), ids.shape[1])}
 
 
 class Updater:

@@ -1,0 +1,407 @@
+// Causal attention over [shared prompt | a row's own positions] for training, forward and backward, bf16 on CPUs
+// with AVX512-BF16 (sead/models/decode_kernel.py builds it; sead/models/training_attention.py calls it).
+//
+// A training forward of SEAD's sequences has, per row, `offset` positions every query sees (the SOP prompt, from a
+// cache) and then the row's own positions, causal, right-padded to the batch's width. torch's CPU flash kernel
+// gets this as a boolean mask: it cannot skip the blocks above the diagonal, reads the mask, and runs its backward
+// at about a quarter of the machine's bf16 matmul rate (benchmarks/RESULTS.md). Here the mask is two numbers per
+// row (the offset and the row's own length): a query tile reads only the keys it sees, padded queries are never
+// computed, and every product is an AVX512-BF16 dot product with fp32 sums.
+//
+// Layout: each (row, query head) is one task; the keys and values of each (row, key/value head) are packed once for
+// the query heads that share them: "pairs along dim" (16 keys x one bf16 pair of dims per register: a query's dot
+// products with 16 keys) and "pairs along keys" (16 dims x two keys: weighted sums of key/value rows). Each tile of
+// 16 queries computes its scores against every key it sees into a scratch row (two passes, no running rescale),
+// the softmax in fp32, and the weighted values from bf16 weights, as torch's flash kernel rounds them.
+// The backward recomputes a tile's weights from the saved log-sum-exp (P = exp(scale s - lse)), then
+// dS = P (dP - D), D = rowsum(dO * O); the query's gradient is complete within its tile, the keys' and values'
+// gradients are fp32 sums per task, returned per query head (the caller sums each group).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include "single_query_attention.h"  // exp16
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+using at::BFloat16;
+using sead::attention::exp16;
+
+constexpr int kDim = 64;             // the head size served (SmolLM2's); others take torch's kernel
+constexpr int kPairs = kDim / 2;     // bf16 pairs in a row
+constexpr int kChunks = kDim / 16;   // fp32 registers in a row
+constexpr int kTile = 16;            // query rows per tile: the keys' data is streamed once per tile
+constexpr int kSub = 4;              // query rows per register tile
+constexpr int64_t kKeyGranule = 64;  // keys are padded to this (4 blocks of 16 per register tile)
+const float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline uint32_t word(const BFloat16* p) {
+  uint32_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+}
+inline __m512bh bcast(uint32_t w) { return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(w))); }
+inline __m512bh load_words(const uint32_t* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
+inline uint32_t pair(BFloat16 lo, BFloat16 hi) {
+  return static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+}
+inline int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+// rows x[0..n) (stride in elements) "pairs along dim": dst[(j / 16) * kPairs * 16 + c * 16 + j % 16] = dims 2c, 2c+1
+// of row j; zero from n to npad
+void pack_along_dim(const BFloat16* x, int64_t stride, int64_t n, int64_t npad, uint32_t* dst) {
+  for (int64_t j = 0; j < npad; ++j) {
+    uint32_t* d = dst + (j / 16) * kPairs * 16 + j % 16;
+    for (int c = 0; c < kPairs; ++c) d[c * 16] = j < n ? word(x + j * stride + 2 * c) : 0u;
+  }
+}
+
+// rows x[0..n) "pairs along rows": dst[(j / 2) * kDim + d] = (x[j][d], x[j + 1][d]); zero from n to npad (even)
+void pack_along_rows(const BFloat16* x, int64_t stride, int64_t n, int64_t npad, uint32_t* dst) {
+  const BFloat16 zero(0.f);
+  for (int64_t j = 0; j < npad; j += 2)
+    for (int d = 0; d < kDim; ++d)
+      dst[(j / 2) * kDim + d] = pair(j < n ? x[j * stride + d] : zero, j + 1 < n ? x[(j + 1) * stride + d] : zero);
+}
+
+// s[r][j] = x_r . key_j for kSub rows and keys [0, keys) (a multiple of kKeyGranule), keys packed along dim
+inline void dot_keys(const BFloat16* const* x, const uint32_t* packed, int64_t keys, float* s, int64_t ss) {
+  for (int64_t b0 = 0; b0 < keys / 16; b0 += 4) {
+    __m512 acc[kSub][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < kSub; ++r)
+#pragma GCC unroll 4
+      for (int b = 0; b < 4; ++b) acc[r][b] = _mm512_setzero_ps();
+    const uint32_t* kb = packed + b0 * kPairs * 16;
+#pragma GCC unroll 2
+    for (int c = 0; c < kPairs; ++c) {
+      __m512bh k[4];
+#pragma GCC unroll 4
+      for (int b = 0; b < 4; ++b) k[b] = load_words(kb + (b * kPairs + c) * 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < kSub; ++r) {
+        const __m512bh q = bcast(word(x[r] + 2 * c));
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; ++b) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], q, k[b]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kSub; ++r)
+#pragma GCC unroll 4
+      for (int b = 0; b < 4; ++b) _mm512_storeu_ps(s + r * ss + (b0 + b) * 16, acc[r][b]);
+  }
+}
+
+// acc[r] = sum_j w[r][j] x_j for kSub rows of bf16 weights (pairs along keys), x packed along rows; keys even
+inline void weigh_rows(const BFloat16* const* w, const uint32_t* packed, int64_t keys, __m512 acc[kSub][kChunks]) {
+#pragma GCC unroll 4
+  for (int r = 0; r < kSub; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t jp = 0; jp < keys / 2; ++jp) {
+    __m512bh x[kChunks];
+#pragma GCC unroll 4
+    for (int c = 0; c < kChunks; ++c) x[c] = load_words(packed + jp * kDim + 16 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < kSub; ++r) {
+      const __m512bh wv = bcast(word(w[r] + 2 * jp));
+#pragma GCC unroll 4
+      for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], wv, x[c]);
+    }
+  }
+}
+
+// acc[j] += sum_p wt[p][j] . rows[p] for the tile's kTile / 2 row pairs: wt[p * ws + j] the bf16 pair (w[2p][j],
+// w[2p + 1][j]), rows[p * kChunks + c] the tile's rows 2p, 2p + 1 packed along rows; keys a multiple of 4
+inline void accumulate_keys(const uint32_t* wt, int64_t ws, const __m512bh* rows, float* acc, int64_t keys) {
+  constexpr int kRowPairs = kTile / 2;
+  for (int64_t j0 = 0; j0 < keys; j0 += 4)
+#pragma GCC unroll 2
+    for (int h = 0; h < kChunks; h += 2) {
+      __m512 a[4][2];
+#pragma GCC unroll 4
+      for (int jj = 0; jj < 4; ++jj)
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; ++c) a[jj][c] = _mm512_loadu_ps(acc + (j0 + jj) * kDim + 16 * (h + c));
+#pragma GCC unroll 8
+      for (int p = 0; p < kRowPairs; ++p)
+#pragma GCC unroll 4
+        for (int jj = 0; jj < 4; ++jj) {
+          const __m512bh w = bcast(wt[p * ws + j0 + jj]);
+#pragma GCC unroll 2
+          for (int c = 0; c < 2; ++c) a[jj][c] = _mm512_dpbf16_ps(a[jj][c], w, rows[p * kChunks + h + c]);
+        }
+#pragma GCC unroll 4
+      for (int jj = 0; jj < 4; ++jj)
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; ++c) _mm512_storeu_ps(acc + (j0 + jj) * kDim + 16 * (h + c), a[jj][c]);
+    }
+}
+
+// the bf16 pairs (w[2p][j], w[2p + 1][j]) of fp32 rows w (stride ws) into wt[p * ws + j], keys a multiple of 16
+inline void pair_rows(const float* w, int64_t ws, int rows, int64_t keys, uint32_t* wt) {
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                              22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int p = 0; p < rows / 2; ++p)
+    for (int64_t j = 0; j < keys; j += 16) {
+      const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(w + (2 * p + 1) * ws + j),
+                                                _mm512_loadu_ps(w + 2 * p * ws + j));
+      _mm512_storeu_si512(wt + p * ws + j, _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(both)));
+    }
+}
+
+// fp32 rows to bf16 rows, keys a multiple of 16
+inline void round_rows(const float* w, int64_t ws, int rows, int64_t keys, BFloat16* out) {
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < keys; j += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * ws + j),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(w + r * ws + j))));
+}
+
+struct Shape {
+  int64_t rows, heads, kv_heads, queries, positions, offset;
+};
+
+Shape check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lengths) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "query, key and value must be 4-d");
+  for (const auto* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16, "causal_attention takes bf16 tensors");
+    TORCH_CHECK(t->size(3) == kDim && t->stride(3) == 1, "causal_attention takes head size 64 with unit stride");
+  }
+  const Shape s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), k.size(2) - q.size(2)};
+  TORCH_CHECK(k.size(0) == s.rows && v.sizes() == k.sizes(), "key/value shapes do not match the query's");
+  TORCH_CHECK(s.heads % s.kv_heads == 0, "query heads must be a multiple of key/value heads");
+  TORCH_CHECK(s.offset >= 0, "fewer key positions than queries");
+  TORCH_CHECK(lengths.scalar_type() == at::kLong && lengths.dim() == 1 && lengths.size(0) == s.rows &&
+                  lengths.is_contiguous(),
+              "lengths must be a contiguous int64 tensor, one per row");
+  const int64_t* n = lengths.data_ptr<int64_t>();
+  for (int64_t r = 0; r < s.rows; ++r)
+    TORCH_CHECK(n[r] >= 0 && n[r] <= s.queries, "a row's length must lie in [0, queries], not ", n[r]);
+  return s;
+}
+
+// keys (or values) of every (row, key/value head) packed by `pack` into one buffer, `per` words each
+template <typename Pack>
+std::vector<uint32_t> pack_all(const at::Tensor& x, const Shape& s, const int64_t* lengths, int64_t per, Pack pack) {
+  std::vector<uint32_t> out(static_cast<size_t>(s.rows * s.kv_heads * per));
+  const auto* p = x.data_ptr<BFloat16>();
+  at::parallel_for(0, s.rows * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t r = t / s.kv_heads, h = t % s.kv_heads, seen = s.offset + lengths[r];
+      pack(p + r * x.stride(0) + h * x.stride(1), x.stride(2), seen, round_up(seen, kKeyGranule),
+           out.data() + t * per);
+    }
+  });
+  return out;
+}
+
+// a task per (row, query head), rows interleaved so that each thread's contiguous share mixes long and short rows
+template <typename Task>
+void for_each_head(const Shape& s, Task task) {
+  at::parallel_for(0, s.rows * s.heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) task(t % s.rows, t / s.rows);
+  });
+}
+
+// the dot products of a tile's `rows` rows (x_i = xh + i * xs, from i0) with keys [0, keys), packed along dim, into
+// sc (stride `most`)
+inline void tile_dots(const BFloat16* xh, int64_t xs, int64_t i0, int rows, const uint32_t* packed, int64_t keys,
+                      float* sc, int64_t most) {
+  for (int r0 = 0; r0 < rows; r0 += kSub) {
+    const BFloat16* x[kSub];
+    for (int k = 0; k < kSub; ++k) x[k] = xh + (i0 + std::min(r0 + k, rows - 1)) * xs;
+    dot_keys(x, packed, keys, sc + r0 * most, most);
+  }
+}
+
+// keys a tile's queries see: query i0 + k sees [0, offset + i0 + k]; padded to the key granule
+inline int64_t keys_seen(int64_t offset, int64_t i0, int rows) { return round_up(offset + i0 + rows, kKeyGranule); }
+
+// scores of keys a query does not see -> -inf
+inline void hide_future(float* sc, int64_t most, int rows, int64_t offset, int64_t i0, int64_t seen) {
+  for (int k = 0; k < rows; ++k)
+    for (int64_t j = offset + i0 + k + 1; j < seen; ++j) sc[k * most + j] = kNegInf;
+}
+
+// p = exp(scale * s - lse) in place over `keys` scores (the -inf ones give 0)
+inline void weights_from(float* row, int64_t keys, float scale, float lse) {
+  const __m512 sv = _mm512_set1_ps(scale), shift = _mm512_set1_ps(lse);
+  for (int64_t j = 0; j < keys; j += 16)
+    _mm512_storeu_ps(row + j, exp16(_mm512_fmsub_ps(_mm512_loadu_ps(row + j), sv, shift)));
+}
+
+// log(sum_j exp(scale * s_j)) of a row of scores
+inline float log_sum_exp(const float* row, int64_t keys, float scale) {
+  __m512 top = _mm512_set1_ps(kNegInf);
+  for (int64_t j = 0; j < keys; j += 16) top = _mm512_max_ps(top, _mm512_loadu_ps(row + j));
+  const float m = _mm512_reduce_max_ps(top) * scale;
+  const __m512 sv = _mm512_set1_ps(scale), shift = _mm512_set1_ps(m);
+  __m512 total = _mm512_setzero_ps();
+  for (int64_t j = 0; j < keys; j += 16)
+    total = _mm512_add_ps(total, exp16(_mm512_fmsub_ps(_mm512_loadu_ps(row + j), sv, shift)));
+  return m + std::log(_mm512_reduce_add_ps(total));
+}
+
+inline void store_row(BFloat16* dst, const __m512* acc) {
+#pragma GCC unroll 4
+  for (int c = 0; c < kChunks; ++c)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * c), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[c])));
+}
+
+// -> (out (rows, queries, heads, dim) bf16, lse (rows, heads, queries) fp32). Query i of row r sees keys
+// [0, offset + i]; queries at or past the row's length give 0 and lse 0.
+std::tuple<at::Tensor, at::Tensor> causal_attention_forward(const at::Tensor& query, const at::Tensor& key,
+                                                           const at::Tensor& value, const at::Tensor& lengths,
+                                                           double scale) {
+  const Shape s = check(query, key, value, lengths);
+  const int64_t* n = lengths.data_ptr<int64_t>();
+  at::Tensor out = at::zeros({s.rows, s.queries, s.heads, kDim}, query.options());
+  at::Tensor lse = at::zeros({s.rows, s.heads, s.queries}, query.options().dtype(at::kFloat));
+  const int64_t most = round_up(s.positions, kKeyGranule), per = most * kPairs;
+  const auto keys = pack_all(key, s, n, per, pack_along_dim);
+  const auto values = pack_all(value, s, n, per, pack_along_rows);
+  auto* op = out.data_ptr<BFloat16>();
+  const float scl = static_cast<float>(scale);
+  const int64_t group = s.heads / s.kv_heads;
+  for_each_head(s, [&](int64_t r, int64_t h) {
+    std::vector<float> sc(static_cast<size_t>(kTile * most));
+    std::vector<BFloat16> w(static_cast<size_t>(kTile * most));
+    const int64_t kv = r * s.kv_heads + h / group;
+    const BFloat16* qh = query.data_ptr<BFloat16>() + r * query.stride(0) + h * query.stride(1);
+    float* lh = lse.data_ptr<float>() + (r * s.heads + h) * s.queries;
+    for (int64_t i0 = 0; i0 < n[r]; i0 += kTile) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTile, n[r] - i0));
+      const int64_t seen = keys_seen(s.offset, i0, rows);
+      tile_dots(qh, query.stride(2), i0, rows, keys.data() + kv * per, seen, sc.data(), most);
+      hide_future(sc.data(), most, rows, s.offset, i0, seen);
+      for (int k = 0; k < rows; ++k) {
+        lh[i0 + k] = log_sum_exp(sc.data() + k * most, seen, scl);
+        weights_from(sc.data() + k * most, seen, scl, lh[i0 + k]);  // normalised: rounded to bf16 as such
+      }
+      round_rows(sc.data(), most, rows, seen, w.data());
+      for (int r0 = 0; r0 < rows; r0 += kSub) {
+        const BFloat16* x[kSub];
+        for (int k = 0; k < kSub; ++k) x[k] = w.data() + std::min(r0 + k, rows - 1) * most;
+        __m512 acc[kSub][kChunks];
+        weigh_rows(x, values.data() + kv * per, seen, acc);
+        for (int k = 0; k < kSub && r0 + k < rows; ++k)
+          store_row(op + ((r * s.queries + i0 + r0 + k) * s.heads + h) * kDim, acc[k]);
+      }
+    }
+  });
+  return {out, lse};
+}
+
+// -> (d query (rows, heads, queries, dim) bf16, d key and d value (rows, heads, positions, dim) fp32, per query head)
+std::tuple<at::Tensor, at::Tensor, at::Tensor> causal_attention_backward(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const at::Tensor& out, const at::Tensor& lse, const at::Tensor& lengths, double scale) {
+  const Shape s = check(query, key, value, lengths);
+  TORCH_CHECK(grad_out.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 &&
+                  grad_out.sizes() == out.sizes() && out.dim() == 4 && out.size(0) == s.rows &&
+                  out.size(1) == s.queries && out.size(2) == s.heads && out.size(3) == kDim &&
+                  grad_out.stride(3) == 1 && out.stride(3) == 1,
+              "grad_out and out must be bf16 (rows, queries, heads, 64) with unit stride in the head dimension");
+  TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
+                  lse.sizes() == at::IntArrayRef({s.rows, s.heads, s.queries}),
+              "lse must be the forward's contiguous fp32 (rows, heads, queries)");
+  const int64_t* n = lengths.data_ptr<int64_t>();
+  at::Tensor dq = at::zeros({s.rows, s.heads, s.queries, kDim}, query.options());
+  at::Tensor dk = at::zeros({s.rows, s.heads, s.positions, kDim}, query.options().dtype(at::kFloat));
+  at::Tensor dv = at::zeros_like(dk);
+  const int64_t most = round_up(s.positions, kKeyGranule), per = most * kPairs;
+  const auto keys = pack_all(key, s, n, per, pack_along_dim);
+  const auto keys_rows = pack_all(key, s, n, per, pack_along_rows);
+  const auto values = pack_all(value, s, n, per, pack_along_dim);
+  const float scl = static_cast<float>(scale);
+  const int64_t group = s.heads / s.kv_heads;
+  for_each_head(s, [&](int64_t r, int64_t h) {
+    std::vector<float> p(static_cast<size_t>(kTile * most)), ds(static_cast<size_t>(kTile * most));
+    std::vector<BFloat16> ds_rows(static_cast<size_t>(kTile * most));
+    std::vector<uint32_t> p_pairs(static_cast<size_t>(kTile / 2 * most)), ds_pairs(p_pairs.size());
+    std::vector<BFloat16> tile(static_cast<size_t>(kTile * kDim));
+    __m512bh q_rows[kTile / 2 * kChunks], go_rows[kTile / 2 * kChunks];
+    const int64_t kv = r * s.kv_heads + h / group;
+    const BFloat16* qh = query.data_ptr<BFloat16>() + r * query.stride(0) + h * query.stride(1);
+    const BFloat16* gh = grad_out.data_ptr<BFloat16>() + r * grad_out.stride(0) + h * grad_out.stride(2);
+    const BFloat16* oh = out.data_ptr<BFloat16>() + r * out.stride(0) + h * out.stride(2);
+    const float* lh = lse.data_ptr<float>() + (r * s.heads + h) * s.queries;
+    BFloat16* dqh = dq.data_ptr<BFloat16>() + (r * s.heads + h) * s.queries * kDim;
+    float* dkh = dk.data_ptr<float>() + (r * s.heads + h) * s.positions * kDim;
+    float* dvh = dv.data_ptr<float>() + (r * s.heads + h) * s.positions * kDim;
+    std::vector<float> dk_acc(static_cast<size_t>(most * kDim)), dv_acc(dk_acc.size());
+    for (int64_t i0 = 0; i0 < n[r]; i0 += kTile) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTile, n[r] - i0));
+      // P from the saved log-sum-exp; dP = dO . v_j; dS = P (dP - D), scaled for both products it enters
+      const int64_t seen = keys_seen(s.offset, i0, rows);
+      tile_dots(qh, query.stride(2), i0, rows, keys.data() + kv * per, seen, p.data(), most);
+      hide_future(p.data(), most, rows, s.offset, i0, seen);
+      tile_dots(gh, grad_out.stride(1), i0, rows, values.data() + kv * per, seen, ds.data(), most);
+      for (int k = 0; k < rows; ++k) {
+        const int64_t i = i0 + k;
+        float* pr = p.data() + k * most;
+        float* dr = ds.data() + k * most;
+        weights_from(pr, seen, scl, lh[i]);
+        float d = 0.f;
+        for (int c = 0; c < kDim; ++c)
+          d += static_cast<float>(gh[i * grad_out.stride(1) + c]) * static_cast<float>(oh[i * out.stride(1) + c]);
+        const __m512 dd = _mm512_set1_ps(d), sv = _mm512_set1_ps(scl);
+        for (int64_t j = 0; j < seen; j += 16) {
+          const __m512 pj = _mm512_loadu_ps(pr + j);
+          _mm512_storeu_ps(dr + j, _mm512_mul_ps(_mm512_mul_ps(pj, _mm512_sub_ps(_mm512_loadu_ps(dr + j), dd)), sv));
+        }
+      }
+      for (int k = rows; k < kTile; ++k) {  // a short tile's missing rows weigh nothing
+        std::fill_n(p.data() + k * most, seen, 0.f);
+        std::fill_n(ds.data() + k * most, seen, 0.f);
+      }
+      // dq_i = sum_j dS_ij k_j (complete within the tile)
+      round_rows(ds.data(), most, rows, seen, ds_rows.data());
+      for (int r0 = 0; r0 < rows; r0 += kSub) {
+        const BFloat16* x[kSub];
+        for (int k = 0; k < kSub; ++k) x[k] = ds_rows.data() + std::min(r0 + k, rows - 1) * most;
+        __m512 acc[kSub][kChunks];
+        weigh_rows(x, keys_rows.data() + kv * per, seen, acc);
+        for (int k = 0; k < kSub && r0 + k < rows; ++k) store_row(dqh + (i0 + r0 + k) * kDim, acc[k]);
+      }
+      // dk_j += sum_i dS_ij q_i, dv_j += sum_i P_ij dO_i: the tile's rows packed in pairs, the weights paired
+      pair_rows(p.data(), most, kTile, seen, p_pairs.data());
+      pair_rows(ds.data(), most, kTile, seen, ds_pairs.data());
+      for (auto [src, stride, dst] : {std::tuple{qh, query.stride(2), q_rows}, std::tuple{gh, grad_out.stride(1), go_rows}}) {
+        for (int k = 0; k < kTile; ++k)
+          for (int c = 0; c < kDim; ++c) tile[k * kDim + c] = k < rows ? src[(i0 + k) * stride + c] : BFloat16(0.f);
+        std::vector<uint32_t> packed(kTile / 2 * kDim);
+        pack_along_rows(tile.data(), kDim, kTile, kTile, packed.data());
+        for (int m = 0; m < kTile / 2 * kChunks; ++m) dst[m] = load_words(packed.data() + 16 * m);
+      }
+      const int64_t touched = round_up(s.offset + i0 + rows, 4);
+      accumulate_keys(ds_pairs.data(), most, q_rows, dk_acc.data(), touched);
+      accumulate_keys(p_pairs.data(), most, go_rows, dv_acc.data(), touched);
+    }
+    const int64_t seen_all = std::min(s.positions, s.offset + n[r]);
+    std::copy_n(dk_acc.data(), seen_all * kDim, dkh);
+    std::copy_n(dv_acc.data(), seen_all * kDim, dvh);
+  });
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(sead, lib) {
+  lib.def("causal_attention_forward(Tensor query, Tensor key, Tensor value, Tensor lengths, float scale) -> "
+          "(Tensor, Tensor)");
+  lib.def("causal_attention_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor out, "
+          "Tensor lse, Tensor lengths, float scale) -> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(sead, CPU, lib) {
+  lib.impl("causal_attention_forward", &causal_attention_forward);
+  lib.impl("causal_attention_backward", &causal_attention_backward);
+}

@@ -1,0 +1,188 @@
+"""The compiled causal attention of training forwards (sead/models/training_attention.py, csrc/causal_attention.cpp):
+its output and gradients against fp64 attention with the mask it stands for, no further from exact than torch's bf16
+kernel given that mask, padded queries inert, bad input refused with the reason, and `masked_logprobs` taking it
+(log-probs and the weights' gradient as close to fp32 as torch's kernel makes them).
+
+On a CPU without AVX512-BF16 the kernel is never built: there these tests check that it is not offered and that
+training keeps torch's kernel."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from sead.models import decode_kernel, training_attention
+from sead.models.attention import use_gqa_attention
+from sead.trainer.estimators import Sequence
+from sead.trainer.update import masked_logprobs
+
+
+@pytest.fixture(scope="module")
+def ops():
+    found = decode_kernel.causal_attention()
+    assert (found is not None) == decode_kernel.cpu_supports(), "the kernel is offered exactly where the CPU runs it"
+    return found
+
+
+def case(rows=3, kv=3, group=3, queries=37, offset=21, lengths=(37, 30, 1), seed=0):
+    """bf16 queries laid out as transformers gives them (a transposed view), keys/values over offset + queries."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn((rows, queries, kv * group, 64), generator=g).bfloat16().transpose(1, 2)
+    k, v = (torch.randn((rows, kv, offset + queries, 64), generator=g).bfloat16() for _ in "kv")
+    grad = torch.randn((rows, queries, kv * group, 64), generator=g).bfloat16()
+    return q, k, v, grad, torch.tensor(lengths)
+
+
+def mask_of(lengths, queries, offset):
+    """sdpa's boolean mask for rows right-padded after `offset` shared positions: what the kernel stands for."""
+    keys = torch.arange(offset + queries)
+    own = keys[None, :] - offset <= torch.arange(queries)[:, None]  # causal over the own positions
+    seen = (keys[None, None, :] < offset + lengths[:, None, None]) & own
+    return seen[:, None]
+
+
+def reference(q, k, v, lengths, dtype):
+    """torch's attention with the mask, in `dtype` (fp64: exact), as (rows, queries, heads, 64)."""
+    queries, offset = q.shape[2], k.shape[2] - q.shape[2]
+    mask = mask_of(lengths, queries, offset)
+    mask[..., 0] = True  # padded queries see one key in torch's kernel (else NaN); their results are not compared
+    out = F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=mask, enable_gqa=True)
+    return out.transpose(1, 2)
+
+
+def with_grads(fn, q, k, v, grad):
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves)
+    out.backward(grad.to(out.dtype))
+    return out.detach(), [t.grad for t in leaves]
+
+
+def valid_queries(lengths, queries):
+    """(rows, queries) True for a row's own positions, False for padding."""
+    return torch.arange(queries)[None, :] < lengths[:, None]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(),  # the shared prompt, a full row, a padded row, a one-token row
+        dict(offset=0, queries=5, lengths=(5, 3, 2)),  # no shared prompt: the first query sees one key
+        dict(kv=1, group=9, queries=70, offset=130, lengths=(70, 65, 17)),  # key counts past the 64-key granule
+        dict(rows=1, kv=2, group=1, queries=16, offset=64, lengths=(16,)),  # no grouping, whole tiles
+    ],
+)
+def test_output_and_gradients_match_fp64_as_closely_as_torch_s_bf16_kernel(ops, shape):
+    if ops is None:
+        return
+    q, k, v, grad, lengths = case(**shape)
+    valid = valid_queries(lengths, q.shape[2])
+    grad[~valid] = 0  # padded queries are not compared: nothing reads them, so no gradient arrives there
+    scale = 64**-0.5
+    out, (dq, dk, dv) = with_grads(lambda *t: training_attention.causal_attention(*t, lengths, scale), q, k, v, grad)
+    exact, exact_grads = with_grads(lambda *t: reference(*t, lengths, torch.float64), q, k, v, grad)
+    torch_out, torch_grads = with_grads(lambda *t: reference(*t, lengths, torch.bfloat16), q, k, v, grad)
+    assert out.dtype == torch.bfloat16 and out.shape == exact.shape
+    err = (out.double() - exact)[valid].abs().max().item()
+    torch_err = (torch_out.double() - exact)[valid].abs().max().item()
+    assert err < 2e-2 and err <= 2 * torch_err + 2e-3, (err, torch_err)
+    dq_valid = valid[:, None, :, None]
+    for name, mine, theirs, truth in zip("qkv", (dq * dq_valid, dk, dv), torch_grads, exact_grads):
+        truth = truth * dq_valid if name == "q" else truth
+        theirs = theirs * dq_valid if name == "q" else theirs
+        gap = ((mine.double() - truth).norm() / truth.norm()).item()
+        torch_gap = ((theirs.double() - truth).norm() / truth.norm()).item()
+        assert gap < 2e-2 and gap <= 2 * torch_gap + 2e-3, (name, gap, torch_gap)
+
+
+def test_padded_queries_give_zero_and_send_back_nothing(ops):
+    """Past a row's length the output is 0, the query gets no gradient, and keys only padded queries could see get
+    none either, whatever gradient arrives there."""
+    if ops is None:
+        return
+    q, k, v, grad, lengths = case()
+    out, (dq, dk, dv) = with_grads(lambda *t: training_attention.causal_attention(*t, lengths, 0.125), q, k, v, grad)
+    valid = valid_queries(lengths, q.shape[2])
+    assert out[~valid].abs().max() == 0 and out[valid].abs().max() > 0
+    assert dq.transpose(1, 2)[~valid].abs().max() == 0
+    offset = k.shape[2] - q.shape[2]
+    for r, n in enumerate(lengths.tolist()):
+        assert dk[r, :, offset + n :].abs().sum() == 0 and dv[r, :, offset + n :].abs().sum() == 0
+        assert dk[r, :, : offset + n].abs().max() > 0
+
+
+def test_bad_input_is_refused_with_the_reason(ops):
+    if ops is None:
+        return
+    q, k, v, _, lengths = case()
+    forward = ops.causal_attention_forward
+    with pytest.raises(RuntimeError, match="bf16"):
+        forward(q.float(), k, v, lengths, 0.125)
+    with pytest.raises(RuntimeError, match="head size 64"):
+        forward(torch.zeros(3, 9, 37, 128).bfloat16(), torch.zeros(3, 3, 58, 128).bfloat16(), v, lengths, 0.125)
+    with pytest.raises(RuntimeError, match="length must lie in"):
+        forward(q, k, v, torch.tensor([38, 1, 1]), 0.125)
+    with pytest.raises(RuntimeError, match="fewer key positions than queries"):
+        forward(q, k[:, :, :10], v[:, :, :10], lengths, 0.125)
+    with pytest.raises(RuntimeError, match="one per row"):
+        forward(q, k, v, lengths[:2], 0.125)
+
+
+def small_llama() -> LlamaForCausalLM:
+    """A random 2-layer Llama with 64-wide heads grouped 3 to 1 (SmolLM2's attention shape), fp32 master weights."""
+    torch.manual_seed(0)
+    conf = LlamaConfig(
+        vocab_size=300,
+        hidden_size=192,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+    )
+    model = LlamaForCausalLM(conf)
+    use_gqa_attention(model)
+    return model
+
+
+def sequences() -> list[Sequence]:
+    """A shared 40-token prompt, then each row's own turns (agent tokens trained), of different lengths."""
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(1, 300, (40,), generator=g)
+    seqs = []
+    for n in (90, 61, 33):
+        ids = torch.cat([prompt, torch.randint(1, 300, (n,), generator=g)])
+        mask = torch.zeros(len(ids), dtype=torch.long)
+        mask[50::2] = 1
+        seqs.append(Sequence(ids, mask, 1.0, episode=len(seqs)))
+    return seqs
+
+
+def test_masked_logprobs_takes_the_kernel_and_is_as_close_to_fp32_as_torch_s_kernel(ops, monkeypatch):
+    """Under bf16 autocast over fp32 weights (the trainer's precision on such CPUs) the rows' forward and the shared
+    prompt's go through the kernel; log-probs and the weights' gradient are as close to the fp32 forward's as with
+    torch's kernel and the mask."""
+    model, seqs = small_llama(), sequences()
+    calls = []
+    apply = training_attention._CausalAttention.apply
+    monkeypatch.setattr(training_attention._CausalAttention, "apply", lambda *a: calls.append(1) or apply(*a))
+
+    def run(autocast: bool, kernel: bool):
+        monkeypatch.setattr(training_attention, "ENABLED", kernel)
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logps = torch.cat(masked_logprobs(model, seqs, 1.0).logps)
+        (logps * torch.linspace(-1, 1, len(logps))).sum().backward()
+        return logps.detach().double(), torch.cat([p.grad.flatten() for p in model.parameters()]).double()
+
+    exact_logp, exact_grad = run(autocast=False, kernel=False)
+    torch_logp, torch_grad = run(autocast=True, kernel=False)
+    assert not calls
+    logp, grad = run(autocast=True, kernel=True)
+    if ops is None:
+        assert not calls
+        return
+    assert len(calls) == 2 * 2  # the shared prompt's forward and the rows', each layer
+    err, torch_err = ((t - exact_logp).abs().max().item() for t in (logp, torch_logp))
+    assert err <= 2 * torch_err + 1e-3, (err, torch_err)
+    gap, torch_gap = (((g - exact_grad).norm() / exact_grad.norm()).item() for g in (grad, torch_grad))
+    assert gap <= 2 * torch_gap + 1e-3 and gap < 5e-2, (gap, torch_gap)
