@@ -436,9 +436,11 @@ def measure_training(model, tok, shape: Shape, prompts, repeats: int, autocast=n
     seconds = timed(step, repeats, synchronizer(model.device))
     model.zero_grad(set_to_none=True)
     shared = shared_prompt_length(seqs)
-    width, agent = max(len(s.ids) for s in seqs) - shared, sum(int(s.mask.sum()) for s in seqs)
-    # backward ~ 2 x forward for both parts (an upper bound by the prompt's last layer after its keys and values)
-    flops = 3 * (shape.forward(shared, shared / 2, 0) + shape.forward(len(seqs) * width, shared + width / 2, agent))
+    agent = sum(int(s.mask.sum()) for s in seqs)
+    # the work the result needs, each row at its own length (padding, where a path pads, is not credited); backward
+    # ~ 2 x forward for both parts (an upper bound by the prompt's last layer after its keys and values)
+    own = [(len(s.ids) - shared, int(s.mask.sum())) for s in seqs]
+    flops = 3 * (shape.forward(shared, shared / 2, 0) + sum(shape.forward(n, shared + n / 2, a) for n, a in own))
     tokens = sum(len(s.ids) for s in seqs)
     sizes = {"rows": len(seqs), "tokens": tokens, "agent_tokens": agent, "shared_prompt": shared, "flops": flops}
     return sizes | {"s": seconds, "tok_s": tokens / seconds, "gflop_s": flops / seconds / 1e9}

@@ -24,28 +24,28 @@ def ops():
     return found
 
 
-def case(rows=3, kv=3, group=3, queries=37, offset=21, lengths=(37, 30, 1), seed=0):
-    """bf16 queries laid out as transformers gives them (a transposed view), keys/values over offset + queries."""
+def case(kv=3, group=3, prefix=21, lengths=(37, 30, 1), seed=0):
+    """One packed row: bf16 queries laid out as transformers gives them (a transposed view), keys/values over the
+    prefix and the segments' positions, and a gradient for the output."""
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn((rows, queries, kv * group, 64), generator=g).bfloat16().transpose(1, 2)
-    k, v = (torch.randn((rows, kv, offset + queries, 64), generator=g).bfloat16() for _ in "kv")
-    grad = torch.randn((rows, queries, kv * group, 64), generator=g).bfloat16()
+    queries = sum(lengths)
+    q = torch.randn((1, queries, kv * group, 64), generator=g).bfloat16().transpose(1, 2)
+    k, v = (torch.randn((1, kv, prefix + queries, 64), generator=g).bfloat16() for _ in "kv")
+    grad = torch.randn((1, queries, kv * group, 64), generator=g).bfloat16()
     return q, k, v, grad, torch.tensor(lengths)
 
 
-def mask_of(lengths, queries, offset):
-    """sdpa's boolean mask for rows right-padded after `offset` shared positions: what the kernel stands for."""
-    keys = torch.arange(offset + queries)
-    own = keys[None, :] - offset <= torch.arange(queries)[:, None]  # causal over the own positions
-    seen = (keys[None, None, :] < offset + lengths[:, None, None]) & own
-    return seen[:, None]
+def mask_of(lengths, prefix):
+    """sdpa's boolean mask for the packed row: a query sees the prefix and its own segment up to itself."""
+    segment = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    at = torch.arange(len(segment))
+    own = (segment[:, None] == segment[None, :]) & (at[None, :] <= at[:, None])
+    return torch.cat([torch.ones(len(segment), prefix, dtype=torch.bool), own], 1)[None, None]
 
 
 def reference(q, k, v, lengths, dtype):
-    """torch's attention with the mask, in `dtype` (fp64: exact), as (rows, queries, heads, 64)."""
-    queries, offset = q.shape[2], k.shape[2] - q.shape[2]
-    mask = mask_of(lengths, queries, offset)
-    mask[..., 0] = True  # padded queries see one key in torch's kernel (else NaN); their results are not compared
+    """torch's attention with the mask, in `dtype` (fp64: exact), as (1, queries, heads, 64)."""
+    mask = mask_of(lengths, k.shape[2] - q.shape[2])
     out = F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=mask, enable_gqa=True)
     return out.transpose(1, 2)
 
@@ -57,74 +57,75 @@ def with_grads(fn, q, k, v, grad):
     return out.detach(), [t.grad for t in leaves]
 
 
-def valid_queries(lengths, queries):
-    """(rows, queries) True for a row's own positions, False for padding."""
-    return torch.arange(queries)[None, :] < lengths[:, None]
-
-
 @pytest.mark.parametrize(
     "shape",
     [
-        dict(),  # the shared prompt, a full row, a padded row, a one-token row
-        dict(offset=0, queries=5, lengths=(5, 3, 2)),  # no shared prompt: the first query sees one key
-        dict(kv=1, group=9, queries=70, offset=130, lengths=(70, 65, 17)),  # key counts past the 64-key granule
-        dict(rows=1, kv=2, group=1, queries=16, offset=64, lengths=(16,)),  # no grouping, whole tiles
+        dict(),  # the shared prompt, segments of several lengths, one of a single token
+        dict(prefix=0, lengths=(5, 3, 2)),  # no shared prompt: each segment's first query sees one key
+        dict(kv=1, group=9, prefix=130, lengths=(70, 65, 17)),  # key counts past the 64-key granule
+        dict(kv=2, group=1, prefix=64, lengths=(16,)),  # no grouping, one segment of whole tiles
     ],
 )
 def test_output_and_gradients_match_fp64_as_closely_as_torch_s_bf16_kernel(ops, shape):
     if ops is None:
         return
     q, k, v, grad, lengths = case(**shape)
-    valid = valid_queries(lengths, q.shape[2])
-    grad[~valid] = 0  # padded queries are not compared: nothing reads them, so no gradient arrives there
     scale = 64**-0.5
-    out, (dq, dk, dv) = with_grads(lambda *t: training_attention.causal_attention(*t, lengths, scale), q, k, v, grad)
+    out, grads = with_grads(lambda *t: training_attention.causal_attention(*t, lengths, scale), q, k, v, grad)
     exact, exact_grads = with_grads(lambda *t: reference(*t, lengths, torch.float64), q, k, v, grad)
     torch_out, torch_grads = with_grads(lambda *t: reference(*t, lengths, torch.bfloat16), q, k, v, grad)
     assert out.dtype == torch.bfloat16 and out.shape == exact.shape
-    err = (out.double() - exact)[valid].abs().max().item()
-    torch_err = (torch_out.double() - exact)[valid].abs().max().item()
+    err = (out.double() - exact).abs().max().item()
+    torch_err = (torch_out.double() - exact).abs().max().item()
     assert err < 2e-2 and err <= 2 * torch_err + 2e-3, (err, torch_err)
-    dq_valid = valid[:, None, :, None]
-    for name, mine, theirs, truth in zip("qkv", (dq * dq_valid, dk, dv), torch_grads, exact_grads):
-        truth = truth * dq_valid if name == "q" else truth
-        theirs = theirs * dq_valid if name == "q" else theirs
+    for name, mine, theirs, truth in zip("qkv", grads, torch_grads, exact_grads):
+        assert mine.shape == truth.shape and mine.dtype == torch.bfloat16, name
         gap = ((mine.double() - truth).norm() / truth.norm()).item()
         torch_gap = ((theirs.double() - truth).norm() / truth.norm()).item()
         assert gap < 2e-2 and gap <= 2 * torch_gap + 2e-3, (name, gap, torch_gap)
 
 
-def test_padded_queries_give_zero_and_send_back_nothing(ops):
-    """Past a row's length the output is 0, the query gets no gradient, and keys only padded queries could see get
-    none either, whatever gradient arrives there."""
+def test_a_segment_sees_nothing_of_the_others(ops):
+    """Changing one segment's keys, values and queries leaves every other segment's output and gradients as they
+    were, bit for bit; the shared prefix's gradient is the sum of what each segment sends it."""
     if ops is None:
         return
     q, k, v, grad, lengths = case()
-    out, (dq, dk, dv) = with_grads(lambda *t: training_attention.causal_attention(*t, lengths, 0.125), q, k, v, grad)
-    valid = valid_queries(lengths, q.shape[2])
-    assert out[~valid].abs().max() == 0 and out[valid].abs().max() > 0
-    assert dq.transpose(1, 2)[~valid].abs().max() == 0
-    offset = k.shape[2] - q.shape[2]
-    for r, n in enumerate(lengths.tolist()):
-        assert dk[r, :, offset + n :].abs().sum() == 0 and dv[r, :, offset + n :].abs().sum() == 0
-        assert dk[r, :, : offset + n].abs().max() > 0
+    prefix, run = k.shape[2] - q.shape[2], lambda *t: training_attention.causal_attention(*t, lengths, 0.125)
+    out, (dq, dk, dv) = with_grads(run, q, k, v, grad)
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    second = slice(prefix + 37, prefix + 67)  # the second segment's own keys
+    k2[:, :, second], v2[:, :, second], q2[:, :, 37:67] = 0.5, -0.5, 1.0
+    out2, (dq2, dk2, dv2) = with_grads(run, q2, k2, v2, grad)
+    for a, b in ((out, out2), (dq.transpose(1, 2), dq2.transpose(1, 2))):
+        assert torch.equal(a[:, :37], b[:, :37]) and torch.equal(a[:, 67:], b[:, 67:])
+        assert not torch.equal(a[:, 37:67], b[:, 37:67])
+    own = [slice(prefix, prefix + 37), slice(prefix + 67, None)]
+    assert all(torch.equal(dk[:, :, s], dk2[:, :, s]) and torch.equal(dv[:, :, s], dv2[:, :, s]) for s in own)
+    assert not torch.equal(dk[:, :, :prefix], dk2[:, :, :prefix])
 
 
 def test_bad_input_is_refused_with_the_reason(ops):
     if ops is None:
         return
     q, k, v, _, lengths = case()
+    q, k, v = q[0], k[0], v[0]
+    starts = torch.cumsum(lengths, 0) - lengths
     forward = ops.causal_attention_forward
     with pytest.raises(RuntimeError, match="bf16"):
-        forward(q.float(), k, v, lengths, 0.125)
+        forward(q.float(), k, v, starts, lengths, 0.125)
     with pytest.raises(RuntimeError, match="head size 64"):
-        forward(torch.zeros(3, 9, 37, 128).bfloat16(), torch.zeros(3, 3, 58, 128).bfloat16(), v, lengths, 0.125)
-    with pytest.raises(RuntimeError, match="length must lie in"):
-        forward(q, k, v, torch.tensor([38, 1, 1]), 0.125)
+        forward(torch.zeros(9, 68, 128).bfloat16(), torch.zeros(3, 89, 128).bfloat16(), v, starts, lengths, 0.125)
+    with pytest.raises(RuntimeError, match="add up to the queries"):
+        forward(q, k, v, starts, torch.tensor([37, 30, 2]), 0.125)
+    with pytest.raises(RuntimeError, match="follow each other from 0"):
+        forward(q, k, v, starts + 1, lengths, 0.125)
     with pytest.raises(RuntimeError, match="fewer key positions than queries"):
-        forward(q, k[:, :, :10], v[:, :, :10], lengths, 0.125)
-    with pytest.raises(RuntimeError, match="one per row"):
-        forward(q, k, v, lengths[:2], 0.125)
+        forward(q, k[:, :10], v[:, :10], starts, lengths, 0.125)
+    with pytest.raises(RuntimeError, match="one per segment"):
+        forward(q, k, v, starts[:2], lengths, 0.125)
+    with pytest.raises(ValueError, match="one row"):
+        training_attention.causal_attention(q[None].expand(2, -1, -1, -1), k[None], v[None], lengths, None)
 
 
 def small_llama() -> LlamaForCausalLM:
@@ -158,9 +159,9 @@ def sequences() -> list[Sequence]:
 
 
 def test_masked_logprobs_takes_the_kernel_and_is_as_close_to_fp32_as_torch_s_kernel(ops, monkeypatch):
-    """Under bf16 autocast over fp32 weights (the trainer's precision on such CPUs) the rows' forward and the shared
-    prompt's go through the kernel; log-probs and the weights' gradient are as close to the fp32 forward's as with
-    torch's kernel and the mask."""
+    """Under bf16 autocast over fp32 weights (the trainer's precision on such CPUs) the sequences' packed forward
+    and the shared prompt's go through the kernel; log-probs and the weights' gradient are as close to the fp32
+    forward's as with padded rows, torch's kernel and the mask."""
     model, seqs = small_llama(), sequences()
     calls = []
     apply = training_attention._CausalAttention.apply

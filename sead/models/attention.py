@@ -40,17 +40,17 @@ def gqa_attention(
     scaling=None,
     is_causal=None,
     shared_kv=None,
-    row_lengths=None,
+    segments=None,
     **_,
 ):
     """(batch, heads, q, dim) query against (batch, kv heads, k, dim) keys/values; the mask is sdpa's boolean
     (batch, 1, q, k), True where a query may attend, or None. Returns (batch, q, heads, dim) as transformers
     expects. `shared_kv` (a model-call keyword): per layer, the keys/values (1, kv heads, p, dim) of a prefix
     every row starts with and every query sees, kept apart from `key`/`value` (the rows' own positions).
-    `row_lengths` (a model-call keyword): the mask is causal over each row's own positions after k - q shared
-    ones, right-padded past each row's length (`sead.models.training_attention`)."""
-    if row_lengths is not None and training_attention.applies(query, key, value, dropout):
-        return training_attention.causal_attention(query, key, value, row_lengths, scaling), None
+    `segments` (a model-call keyword, where `training_attention.serves` the model): one row of sequences packed
+    one after another, each causal over its own positions after the k - q shared ones; the mask is not read."""
+    if segments is not None:
+        return training_attention.causal_attention(query, key, value, segments, scaling), None
     if shared_kv is not None:
         return _with_shared_prefix(query, key, value, attention_mask, shared_kv[module.layer_idx], scaling), None
     heads, kv_heads = query.shape[1], key.shape[1]

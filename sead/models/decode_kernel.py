@@ -1,4 +1,4 @@
-"""SEAD's compiled decoding kernels (`csrc/`): each built once per machine, cached, loaded on first use.
+"""SEAD's compiled kernels (`csrc/`): each built once per machine, cached, loaded on first use.
 
 - `single_query_attention`: a decoding step's attention over each row's own keys and values. With torch's operators
   it is two batched matmuls of 3 query rows each plus an fp32 softmax between them; the kernel reads the keys and
@@ -10,7 +10,10 @@
   and AVX-512 loops for the norms, rotary turn, cache write, residuals and SiLU: none of the ~35 operator calls a
   layer that dominate a step at few rows.
 
-All three need AVX512-BF16 (they serve only bf16 models, the precision SEAD picks on such CPUs) and a C++ compiler
+- `causal_attention`: the attention of training forwards, forward and backward (`training_attention.py`): each row's
+  own positions causal after a shared prompt, no mask, at about 2.5x torch's CPU flash kernel given the mask.
+
+All four need AVX512-BF16 (they serve only bf16 work, the precision SEAD picks on such CPUs) and a C++ compiler
 (`benchmarks/RESULTS.md` has their measurements).
 
 Built with the system's compiler against torch's headers in a private temporary folder (no lock that a killed

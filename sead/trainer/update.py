@@ -11,6 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from sead.errors import SEADInputError
+from sead.models import training_attention
 from sead.models.attention import NAME as ATTENTION
 from sead.policy.hf import common_prefix_length
 from sead.trainer.estimators import ESTIMATORS, Sequence
@@ -94,8 +95,9 @@ class SharedContext:
     def __init__(self, model, ids: torch.Tensor):
         self.ids = ids
         device = next(model.parameters()).device
-        cache = model(input_ids=ids[None].to(device), use_cache=True, **_row_lengths(model, ids[None])).past_key_values
-        self._computed = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        packed = _packs(model)
+        cache = model(input_ids=ids[None].to(device), use_cache=True, **_segments(packed, [len(ids)]))
+        self._computed = [t for layer in cache.past_key_values.layers for t in (layer.keys, layer.values)]
         self._sums: list[torch.Tensor | None] = [None] * len(self._computed)
 
     @classmethod
@@ -129,7 +131,8 @@ def masked_logprobs(
     context: SharedContext | None = None,
     entropy_grad: bool = True,
 ):
-    """Log-probs (and entropies) of the agent tokens of each sequence, one padded forward for all of them.
+    """Log-probs (and entropies) of the agent tokens of each sequence, one forward for all of them: packed into one
+    row where SEAD's training attention kernel serves the model (`_packed_forward`), else padded rows.
 
     The context all sequences start with (the SOP prompt; for the members of a branched group, everything before
     the cut) goes through the trunk once, and its key/value cache serves every row. It keeps its gradient: the
@@ -141,15 +144,42 @@ def masked_logprobs(
     Without `entropy_grad` the entropies are values only (for the log): nothing is sent back through them."""
     device = next(model.parameters()).device
     shared = shared_prompt_length(seqs) if share_prefix else 0
+    packed = _packs(model)
     cache = None
     if shared:
         done = len(context.ids) if context is not None and shared >= len(context.ids) else 0
         cache = context.cache() if done else None
         if shared > done:  # what this micro-batch's rows share beyond the update's context, run once for them
             rest = seqs[0].ids[None, done:shared].to(device)
-            cache = model(input_ids=rest, past_key_values=cache, use_cache=True, **_row_lengths(model, rest))
+            cache = model(input_ids=rest, past_key_values=cache, use_cache=True, **_segments(packed, [rest.shape[1]]))
             cache = cache.past_key_values
-        cache.batch_repeat_interleave(len(seqs))
+        if not packed:
+            cache.batch_repeat_interleave(len(seqs))
+    forward = _packed_forward if packed else _padded_forward
+    scored, labels, counts = forward(model, seqs, shared, cache, device)
+    logp, ent = token_logprobs(model.get_output_embeddings(), scored, labels, temperature)
+    ent = (ent if entropy_grad else ent.detach()) if with_entropy else None
+    return Scored(
+        list(torch.split(logp, counts)),
+        list(torch.split(ent, counts)) if ent is not None else None,
+        list(torch.split(scored, counts)),
+    )
+
+
+def _packs(model) -> bool:
+    """Whether `masked_logprobs` packs its sequences into one row for this model: SEAD's attention, served by the
+    compiled training kernel here (`sead.models.training_attention`). Else padded rows and torch's kernel."""
+    return getattr(model.config, "_attn_implementation", None) == ATTENTION and training_attention.serves(model)
+
+
+def _segments(packed: bool, lengths) -> dict:
+    """The model-call keyword that tells SEAD's attention the packed row's segments (their lengths)."""
+    return {"segments": torch.as_tensor(lengths)} if packed else {}
+
+
+def _padded_forward(model, seqs: list[Sequence], shared: int, cache, device):
+    """The sequences' own positions as rows right-padded to one width, the mask saying so -> (the last hidden state
+    at each position that predicts an agent token, those tokens, how many per sequence)."""
     width = max(len(s.ids) for s in seqs) - shared
     ids = torch.zeros((len(seqs), width), dtype=torch.long)
     attn = torch.zeros((len(seqs), shared + width), dtype=torch.long)
@@ -168,27 +198,33 @@ def masked_logprobs(
         past_key_values=cache,
         output_hidden_states=True,
         logits_to_keep=1,
-        **_row_lengths(model, attn[:, shared:], own=attn[:, shared:].sum(-1)),
     ).hidden_states[-1]
     pick = target[:, 1:]  # hidden state at t predicts token t+1
-    scored = hidden[:, :-1][pick]
-    logp, ent = token_logprobs(model.get_output_embeddings(), scored, ids[:, 1:][pick], temperature)
-    counts = pick.sum(-1).tolist()
-    ent = (ent if entropy_grad else ent.detach()) if with_entropy else None
-    return Scored(
-        list(torch.split(logp, counts)),
-        list(torch.split(ent, counts)) if ent is not None else None,
-        list(torch.split(scored, counts)),
-    )
+    return hidden[:, :-1][pick], ids[:, 1:][pick], pick.sum(-1).tolist()
 
 
-def _row_lengths(model, ids: torch.Tensor, own: torch.Tensor | None = None) -> dict:
-    """The model-call keyword that tells SEAD's attention each row's own positions of `ids` (all of them, or `own`
-    where rows are right-padded) after those already cached: its compiled training kernel
-    (`sead.models.training_attention`). Nothing for another attention."""
-    if getattr(model.config, "_attn_implementation", None) != ATTENTION:
-        return {}
-    return {"row_lengths": own if own is not None else torch.full((ids.shape[0],), ids.shape[1])}
+def _packed_forward(model, seqs: list[Sequence], shared: int, cache, device):
+    """The sequences' own positions one after another in one row (no padding), each a segment of its own for the
+    attention; returns as `_padded_forward`. A segment's first token is never an agent token (`shared` stops before
+    the first one), so the state before it, the previous segment's last, never predicts one."""
+    lengths = [len(s.ids) - shared for s in seqs]
+    ids = torch.cat([s.ids[shared:] for s in seqs])[None].to(device)
+    target = torch.cat([s.mask[shared:] for s in seqs]).bool().to(device)
+    starts = torch.tensor(lengths).cumsum(0) - torch.tensor(lengths)
+    if bool(target[starts.to(device)].any()):
+        raise AssertionError("a packed segment starts with an agent token")
+    positions = torch.cat([torch.arange(shared, shared + n) for n in lengths])[None].to(device)
+    hidden = model(
+        input_ids=ids,
+        position_ids=positions,
+        past_key_values=cache,
+        output_hidden_states=True,
+        logits_to_keep=1,
+        **_segments(True, lengths),
+    ).hidden_states[-1][0]
+    pick = target[1:]
+    counts = [int(s.mask[shared:].sum()) for s in seqs]
+    return hidden[:-1][pick], ids[0, 1:][pick], counts
 
 
 class Updater:

@@ -1,27 +1,30 @@
-// Causal attention over [shared prompt | a row's own positions] for training, forward and backward, bf16 on CPUs
-// with AVX512-BF16 (sead/models/decode_kernel.py builds it; sead/models/training_attention.py calls it).
+// Causal attention of training forwards, forward and backward, bf16 on CPUs with AVX512-BF16
+// (sead/models/decode_kernel.py builds it; sead/models/training_attention.py calls it).
 //
-// A training forward of SEAD's sequences has, per row, `offset` positions every query sees (the SOP prompt, from a
-// cache) and then the row's own positions, causal, right-padded to the batch's width. torch's CPU flash kernel
-// gets this as a boolean mask: it cannot skip the blocks above the diagonal, reads the mask, and runs its backward
-// at about a quarter of the machine's bf16 matmul rate (benchmarks/RESULTS.md). Here the mask is two numbers per
-// row (the offset and the row's own length): a query tile reads only the keys it sees, padded queries are never
-// computed, and every product is an AVX512-BF16 dot product with fp32 sums.
+// A training forward runs several sequences' own positions after a prompt they all share (the SOP prompt, from a
+// cache). Here they come packed one after another in one row, without padding: query i of a segment sees the
+// `prefix` shared positions and its own segment up to i, nothing of the other segments. torch's CPU flash kernel
+// would get this as a boolean mask: it cannot skip the blocks above the diagonal or of other segments, reads the
+// mask, and runs its backward at about a quarter of the machine's bf16 matmul rate (benchmarks/RESULTS.md). Here
+// the mask is two numbers per segment (start and length): a query tile reads only the keys it sees, and every
+// product is an AVX512-BF16 dot product with fp32 sums.
 //
-// Layout: each (row, query head) is one task; the keys and values of each (row, key/value head) are packed once for
-// the query heads that share them: "pairs along dim" (16 keys x one bf16 pair of dims per register: a query's dot
-// products with 16 keys) and "pairs along keys" (16 dims x two keys: weighted sums of key/value rows). Each tile of
-// 16 queries computes its scores against every key it sees into a scratch row (two passes, no running rescale),
-// the softmax in fp32, and the weighted values from bf16 weights, as torch's flash kernel rounds them.
+// Layout: each (segment, query head) is one task; the keys and values each (segment, key/value head) sees (the
+// prefix's, then its own) are packed once for the query heads that share them: "pairs along dim" (16 keys x one
+// bf16 pair of dims per register: a query's dot products with 16 keys) and "pairs along keys" (16 dims x two keys:
+// weighted sums of key/value rows). Each tile of 16 queries computes its scores against every key it sees into a
+// scratch row (two passes, no running rescale), the softmax in fp32, and the weighted values from the weights
+// rounded to bf16, as torch's flash kernel rounds them.
 // The backward recomputes a tile's weights from the saved log-sum-exp (P = exp(scale s - lse)), then
 // dS = P (dP - D), D = rowsum(dO * O); the query's gradient is complete within its tile, the keys' and values'
-// gradients are fp32 sums per task, returned per query head (the caller sums each group).
+// gradients are fp32 sums per task, returned per query head, the prefix's per segment (the caller sums them).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include "single_query_attention.h"  // exp16
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -53,21 +56,31 @@ inline uint32_t pair(BFloat16 lo, BFloat16 hi) {
 }
 inline int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-// rows x[0..n) (stride in elements) "pairs along dim": dst[(j / 16) * kPairs * 16 + c * 16 + j % 16] = dims 2c, 2c+1
-// of row j; zero from n to npad
-void pack_along_dim(const BFloat16* x, int64_t stride, int64_t n, int64_t npad, uint32_t* dst) {
+// The key (or value) rows a segment sees, in its own numbering: the shared prefix's `prefix` rows, then its own.
+struct Rows {
+  const BFloat16* prefix;  // row j < prefix_rows at prefix + j * stride
+  const BFloat16* own;     // row j >= prefix_rows at own + (j - prefix_rows) * stride
+  int64_t prefix_rows, stride;
+  const BFloat16* operator()(int64_t j) const { return j < prefix_rows ? prefix + j * stride : own + (j - prefix_rows) * stride; }
+};
+
+// rows x[0..n) "pairs along dim": dst[(j / 16) * kPairs * 16 + c * 16 + j % 16] = dims 2c, 2c+1 of row j; zero from
+// n to npad
+void pack_along_dim(const Rows& x, int64_t n, int64_t npad, uint32_t* dst) {
   for (int64_t j = 0; j < npad; ++j) {
     uint32_t* d = dst + (j / 16) * kPairs * 16 + j % 16;
-    for (int c = 0; c < kPairs; ++c) d[c * 16] = j < n ? word(x + j * stride + 2 * c) : 0u;
+    const BFloat16* row = j < n ? x(j) : nullptr;
+    for (int c = 0; c < kPairs; ++c) d[c * 16] = row ? word(row + 2 * c) : 0u;
   }
 }
 
 // rows x[0..n) "pairs along rows": dst[(j / 2) * kDim + d] = (x[j][d], x[j + 1][d]); zero from n to npad (even)
-void pack_along_rows(const BFloat16* x, int64_t stride, int64_t n, int64_t npad, uint32_t* dst) {
+void pack_along_rows(const Rows& x, int64_t n, int64_t npad, uint32_t* dst) {
   const BFloat16 zero(0.f);
-  for (int64_t j = 0; j < npad; j += 2)
-    for (int d = 0; d < kDim; ++d)
-      dst[(j / 2) * kDim + d] = pair(j < n ? x[j * stride + d] : zero, j + 1 < n ? x[(j + 1) * stride + d] : zero);
+  for (int64_t j = 0; j < npad; j += 2) {
+    const BFloat16 *a = j < n ? x(j) : nullptr, *b = j + 1 < n ? x(j + 1) : nullptr;
+    for (int d = 0; d < kDim; ++d) dst[(j / 2) * kDim + d] = pair(a ? a[d] : zero, b ? b[d] : zero);
+  }
 }
 
 // s[r][j] = x_r . key_j for kSub rows and keys [0, keys) (a multiple of kKeyGranule), keys packed along dim
@@ -164,52 +177,6 @@ inline void round_rows(const float* w, int64_t ws, int rows, int64_t keys, BFloa
                           reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(w + r * ws + j))));
 }
 
-struct Shape {
-  int64_t rows, heads, kv_heads, queries, positions, offset;
-};
-
-Shape check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lengths) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "query, key and value must be 4-d");
-  for (const auto* t : {&q, &k, &v}) {
-    TORCH_CHECK(t->scalar_type() == at::kBFloat16, "causal_attention takes bf16 tensors");
-    TORCH_CHECK(t->size(3) == kDim && t->stride(3) == 1, "causal_attention takes head size 64 with unit stride");
-  }
-  const Shape s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), k.size(2) - q.size(2)};
-  TORCH_CHECK(k.size(0) == s.rows && v.sizes() == k.sizes(), "key/value shapes do not match the query's");
-  TORCH_CHECK(s.heads % s.kv_heads == 0, "query heads must be a multiple of key/value heads");
-  TORCH_CHECK(s.offset >= 0, "fewer key positions than queries");
-  TORCH_CHECK(lengths.scalar_type() == at::kLong && lengths.dim() == 1 && lengths.size(0) == s.rows &&
-                  lengths.is_contiguous(),
-              "lengths must be a contiguous int64 tensor, one per row");
-  const int64_t* n = lengths.data_ptr<int64_t>();
-  for (int64_t r = 0; r < s.rows; ++r)
-    TORCH_CHECK(n[r] >= 0 && n[r] <= s.queries, "a row's length must lie in [0, queries], not ", n[r]);
-  return s;
-}
-
-// keys (or values) of every (row, key/value head) packed by `pack` into one buffer, `per` words each
-template <typename Pack>
-std::vector<uint32_t> pack_all(const at::Tensor& x, const Shape& s, const int64_t* lengths, int64_t per, Pack pack) {
-  std::vector<uint32_t> out(static_cast<size_t>(s.rows * s.kv_heads * per));
-  const auto* p = x.data_ptr<BFloat16>();
-  at::parallel_for(0, s.rows * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t r = t / s.kv_heads, h = t % s.kv_heads, seen = s.offset + lengths[r];
-      pack(p + r * x.stride(0) + h * x.stride(1), x.stride(2), seen, round_up(seen, kKeyGranule),
-           out.data() + t * per);
-    }
-  });
-  return out;
-}
-
-// a task per (row, query head), rows interleaved so that each thread's contiguous share mixes long and short rows
-template <typename Task>
-void for_each_head(const Shape& s, Task task) {
-  at::parallel_for(0, s.rows * s.heads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) task(t % s.rows, t / s.rows);
-  });
-}
-
 // the dot products of a tile's `rows` rows (x_i = xh + i * xs, from i0) with keys [0, keys), packed along dim, into
 // sc (stride `most`)
 inline void tile_dots(const BFloat16* xh, int64_t xs, int64_t i0, int rows, const uint32_t* packed, int64_t keys,
@@ -255,32 +222,93 @@ inline void store_row(BFloat16* dst, const __m512* acc) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * c), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[c])));
 }
 
-// -> (out (rows, queries, heads, dim) bf16, lse (rows, heads, queries) fp32). Query i of row r sees keys
-// [0, offset + i]; queries at or past the row's length give 0 and lse 0.
+struct Shape {
+  int64_t heads, kv_heads, queries, prefix, segments;
+  const int64_t *start, *length;
+};
+
+// query (heads, queries, 64), key/value (kv heads, prefix + queries, 64): one packed row of segments after a shared
+// prefix; starts/lengths: each segment's queries [start, start + length), in order, covering the row
+Shape check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& starts,
+            const at::Tensor& lengths) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "query, key and value must be 3-d (heads, positions, 64)");
+  for (const auto* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16, "causal_attention takes bf16 tensors");
+    TORCH_CHECK(t->size(2) == kDim && t->stride(2) == 1, "causal_attention takes head size 64 with unit stride");
+  }
+  TORCH_CHECK(v.sizes() == k.sizes(), "key and value shapes differ");
+  TORCH_CHECK(q.size(0) % k.size(0) == 0, "query heads must be a multiple of key/value heads");
+  TORCH_CHECK(k.size(1) >= q.size(1), "fewer key positions than queries");
+  for (const auto* t : {&starts, &lengths})
+    TORCH_CHECK(t->scalar_type() == at::kLong && t->dim() == 1 && t->is_contiguous() && t->size(0) == starts.size(0),
+                "starts and lengths must be contiguous int64 tensors, one per segment");
+  const Shape s{q.size(0), k.size(0), q.size(1), k.size(1) - q.size(1), starts.size(0), starts.data_ptr<int64_t>(),
+                lengths.data_ptr<int64_t>()};
+  int64_t next = 0;
+  for (int64_t r = 0; r < s.segments; ++r) {
+    TORCH_CHECK(s.start[r] == next && s.length[r] > 0, "segments must be non-empty and follow each other from 0");
+    next += s.length[r];
+  }
+  TORCH_CHECK(next == s.queries, "the segments' lengths must add up to the queries (", next, " != ", s.queries, ")");
+  return s;
+}
+
+// the rows of key/value head h that segment r sees
+Rows rows_of(const at::Tensor& x, const Shape& s, int64_t r, int64_t h) {
+  const BFloat16* base = x.data_ptr<BFloat16>() + h * x.stride(0);
+  return {base, base + (s.prefix + s.start[r]) * x.stride(1), s.prefix, x.stride(1)};
+}
+
+// keys (or values) of every (segment, key/value head) packed by `pack` into one buffer, `per` words each
+template <typename Pack>
+std::vector<uint32_t> pack_all(const at::Tensor& x, const Shape& s, int64_t per, Pack pack) {
+  std::vector<uint32_t> out(static_cast<size_t>(s.segments * s.kv_heads * per));
+  at::parallel_for(0, s.segments * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t r = t / s.kv_heads, h = t % s.kv_heads, seen = s.prefix + s.length[r];
+      pack(rows_of(x, s, r, h), seen, round_up(seen, kKeyGranule), out.data() + t * per);
+    }
+  });
+  return out;
+}
+
+// a task per (segment, query head), segments interleaved so that each thread's contiguous share mixes long and
+// short ones
+template <typename Task>
+void for_each_head(const Shape& s, Task task) {
+  at::parallel_for(0, s.segments * s.heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) task(t % s.segments, t / s.segments);
+  });
+}
+
+int64_t longest(const Shape& s) { return *std::max_element(s.length, s.length + s.segments); }
+
+// -> (out (queries, heads, 64) bf16, lse (heads, queries) fp32). Query i of a segment sees the prefix and the
+// segment's queries up to i.
 std::tuple<at::Tensor, at::Tensor> causal_attention_forward(const at::Tensor& query, const at::Tensor& key,
-                                                           const at::Tensor& value, const at::Tensor& lengths,
-                                                           double scale) {
-  const Shape s = check(query, key, value, lengths);
-  const int64_t* n = lengths.data_ptr<int64_t>();
-  at::Tensor out = at::zeros({s.rows, s.queries, s.heads, kDim}, query.options());
-  at::Tensor lse = at::zeros({s.rows, s.heads, s.queries}, query.options().dtype(at::kFloat));
-  const int64_t most = round_up(s.positions, kKeyGranule), per = most * kPairs;
-  const auto keys = pack_all(key, s, n, per, pack_along_dim);
-  const auto values = pack_all(value, s, n, per, pack_along_rows);
-  auto* op = out.data_ptr<BFloat16>();
+                                                           const at::Tensor& value, const at::Tensor& starts,
+                                                           const at::Tensor& lengths, double scale) {
+  const Shape s = check(query, key, value, starts, lengths);
+  at::Tensor out = at::empty({s.queries, s.heads, kDim}, query.options());
+  at::Tensor lse = at::empty({s.heads, s.queries}, query.options().dtype(at::kFloat));
+  if (s.segments == 0) return {out, lse};
+  const int64_t most = round_up(s.prefix + longest(s), kKeyGranule), per = most * kPairs;
+  const auto keys = pack_all(key, s, per, pack_along_dim);
+  const auto values = pack_all(value, s, per, pack_along_rows);
   const float scl = static_cast<float>(scale);
   const int64_t group = s.heads / s.kv_heads;
   for_each_head(s, [&](int64_t r, int64_t h) {
     std::vector<float> sc(static_cast<size_t>(kTile * most));
     std::vector<BFloat16> w(static_cast<size_t>(kTile * most));
-    const int64_t kv = r * s.kv_heads + h / group;
-    const BFloat16* qh = query.data_ptr<BFloat16>() + r * query.stride(0) + h * query.stride(1);
-    float* lh = lse.data_ptr<float>() + (r * s.heads + h) * s.queries;
-    for (int64_t i0 = 0; i0 < n[r]; i0 += kTile) {
-      const int rows = static_cast<int>(std::min<int64_t>(kTile, n[r] - i0));
-      const int64_t seen = keys_seen(s.offset, i0, rows);
-      tile_dots(qh, query.stride(2), i0, rows, keys.data() + kv * per, seen, sc.data(), most);
-      hide_future(sc.data(), most, rows, s.offset, i0, seen);
+    const int64_t kv = r * s.kv_heads + h / group, n = s.length[r];
+    const BFloat16* qh = query.data_ptr<BFloat16>() + h * query.stride(0) + s.start[r] * query.stride(1);
+    float* lh = lse.data_ptr<float>() + h * s.queries + s.start[r];
+    BFloat16* oh = out.data_ptr<BFloat16>() + (s.start[r] * s.heads + h) * kDim;
+    for (int64_t i0 = 0; i0 < n; i0 += kTile) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTile, n - i0));
+      const int64_t seen = keys_seen(s.prefix, i0, rows);
+      tile_dots(qh, query.stride(1), i0, rows, keys.data() + kv * per, seen, sc.data(), most);
+      hide_future(sc.data(), most, rows, s.prefix, i0, seen);
       for (int k = 0; k < rows; ++k) {
         lh[i0 + k] = log_sum_exp(sc.data() + k * most, seen, scl);
         weights_from(sc.data() + k * most, seen, scl, lh[i0 + k]);  // normalised: rounded to bf16 as such
@@ -291,35 +319,36 @@ std::tuple<at::Tensor, at::Tensor> causal_attention_forward(const at::Tensor& qu
         for (int k = 0; k < kSub; ++k) x[k] = w.data() + std::min(r0 + k, rows - 1) * most;
         __m512 acc[kSub][kChunks];
         weigh_rows(x, values.data() + kv * per, seen, acc);
-        for (int k = 0; k < kSub && r0 + k < rows; ++k)
-          store_row(op + ((r * s.queries + i0 + r0 + k) * s.heads + h) * kDim, acc[k]);
+        for (int k = 0; k < kSub && r0 + k < rows; ++k) store_row(oh + (i0 + r0 + k) * s.heads * kDim, acc[k]);
       }
     }
   });
   return {out, lse};
 }
 
-// -> (d query (rows, heads, queries, dim) bf16, d key and d value (rows, heads, positions, dim) fp32, per query head)
-std::tuple<at::Tensor, at::Tensor, at::Tensor> causal_attention_backward(
+// -> (d query (heads, queries, 64) bf16; d key and d value of the own positions (heads, queries, 64) and of the
+// prefix per segment (segments, heads, prefix, 64), fp32, per query head: the caller sums each group and the
+// segments' prefix parts)
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> causal_attention_backward(
     const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-    const at::Tensor& out, const at::Tensor& lse, const at::Tensor& lengths, double scale) {
-  const Shape s = check(query, key, value, lengths);
+    const at::Tensor& out, const at::Tensor& lse, const at::Tensor& starts, const at::Tensor& lengths, double scale) {
+  const Shape s = check(query, key, value, starts, lengths);
   TORCH_CHECK(grad_out.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 &&
-                  grad_out.sizes() == out.sizes() && out.dim() == 4 && out.size(0) == s.rows &&
-                  out.size(1) == s.queries && out.size(2) == s.heads && out.size(3) == kDim &&
-                  grad_out.stride(3) == 1 && out.stride(3) == 1,
-              "grad_out and out must be bf16 (rows, queries, heads, 64) with unit stride in the head dimension");
+                  grad_out.sizes() == out.sizes() && out.dim() == 3 && out.size(0) == s.queries &&
+                  out.size(1) == s.heads && out.size(2) == kDim && grad_out.stride(2) == 1 && out.stride(2) == 1,
+              "grad_out and out must be bf16 (queries, heads, 64) with unit stride in the head dimension");
   TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
-                  lse.sizes() == at::IntArrayRef({s.rows, s.heads, s.queries}),
-              "lse must be the forward's contiguous fp32 (rows, heads, queries)");
-  const int64_t* n = lengths.data_ptr<int64_t>();
-  at::Tensor dq = at::zeros({s.rows, s.heads, s.queries, kDim}, query.options());
-  at::Tensor dk = at::zeros({s.rows, s.heads, s.positions, kDim}, query.options().dtype(at::kFloat));
-  at::Tensor dv = at::zeros_like(dk);
-  const int64_t most = round_up(s.positions, kKeyGranule), per = most * kPairs;
-  const auto keys = pack_all(key, s, n, per, pack_along_dim);
-  const auto keys_rows = pack_all(key, s, n, per, pack_along_rows);
-  const auto values = pack_all(value, s, n, per, pack_along_dim);
+                  lse.sizes() == at::IntArrayRef({s.heads, s.queries}),
+              "lse must be the forward's contiguous fp32 (heads, queries)");
+  auto f32 = query.options().dtype(at::kFloat);
+  at::Tensor dq = at::empty({s.heads, s.queries, kDim}, query.options());
+  at::Tensor dk = at::empty({s.heads, s.queries, kDim}, f32), dv = at::empty_like(dk);
+  at::Tensor dk_prefix = at::empty({s.segments, s.heads, s.prefix, kDim}, f32), dv_prefix = at::empty_like(dk_prefix);
+  if (s.segments == 0) return {dq, dk, dv, dk_prefix, dv_prefix};
+  const int64_t most = round_up(s.prefix + longest(s), kKeyGranule), per = most * kPairs;
+  const auto keys = pack_all(key, s, per, pack_along_dim);
+  const auto keys_rows = pack_all(key, s, per, pack_along_rows);
+  const auto values = pack_all(value, s, per, pack_along_dim);
   const float scl = static_cast<float>(scale);
   const int64_t group = s.heads / s.kv_heads;
   for_each_head(s, [&](int64_t r, int64_t h) {
@@ -327,23 +356,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> causal_attention_backward(
     std::vector<BFloat16> ds_rows(static_cast<size_t>(kTile * most));
     std::vector<uint32_t> p_pairs(static_cast<size_t>(kTile / 2 * most)), ds_pairs(p_pairs.size());
     std::vector<BFloat16> tile(static_cast<size_t>(kTile * kDim));
+    std::vector<uint32_t> packed(kTile / 2 * kDim);
     __m512bh q_rows[kTile / 2 * kChunks], go_rows[kTile / 2 * kChunks];
-    const int64_t kv = r * s.kv_heads + h / group;
-    const BFloat16* qh = query.data_ptr<BFloat16>() + r * query.stride(0) + h * query.stride(1);
-    const BFloat16* gh = grad_out.data_ptr<BFloat16>() + r * grad_out.stride(0) + h * grad_out.stride(2);
-    const BFloat16* oh = out.data_ptr<BFloat16>() + r * out.stride(0) + h * out.stride(2);
-    const float* lh = lse.data_ptr<float>() + (r * s.heads + h) * s.queries;
-    BFloat16* dqh = dq.data_ptr<BFloat16>() + (r * s.heads + h) * s.queries * kDim;
-    float* dkh = dk.data_ptr<float>() + (r * s.heads + h) * s.positions * kDim;
-    float* dvh = dv.data_ptr<float>() + (r * s.heads + h) * s.positions * kDim;
+    const int64_t kv = r * s.kv_heads + h / group, n = s.length[r], at0 = s.start[r];
+    const BFloat16* qh = query.data_ptr<BFloat16>() + h * query.stride(0) + at0 * query.stride(1);
+    const BFloat16* gh = grad_out.data_ptr<BFloat16>() + at0 * grad_out.stride(0) + h * grad_out.stride(1);
+    const BFloat16* oh = out.data_ptr<BFloat16>() + at0 * out.stride(0) + h * out.stride(1);
+    const float* lh = lse.data_ptr<float>() + h * s.queries + at0;
+    BFloat16* dqh = dq.data_ptr<BFloat16>() + (h * s.queries + at0) * kDim;
     std::vector<float> dk_acc(static_cast<size_t>(most * kDim)), dv_acc(dk_acc.size());
-    for (int64_t i0 = 0; i0 < n[r]; i0 += kTile) {
-      const int rows = static_cast<int>(std::min<int64_t>(kTile, n[r] - i0));
+    for (int64_t i0 = 0; i0 < n; i0 += kTile) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTile, n - i0));
       // P from the saved log-sum-exp; dP = dO . v_j; dS = P (dP - D), scaled for both products it enters
-      const int64_t seen = keys_seen(s.offset, i0, rows);
-      tile_dots(qh, query.stride(2), i0, rows, keys.data() + kv * per, seen, p.data(), most);
-      hide_future(p.data(), most, rows, s.offset, i0, seen);
-      tile_dots(gh, grad_out.stride(1), i0, rows, values.data() + kv * per, seen, ds.data(), most);
+      const int64_t seen = keys_seen(s.prefix, i0, rows);
+      tile_dots(qh, query.stride(1), i0, rows, keys.data() + kv * per, seen, p.data(), most);
+      hide_future(p.data(), most, rows, s.prefix, i0, seen);
+      tile_dots(gh, grad_out.stride(0), i0, rows, values.data() + kv * per, seen, ds.data(), most);
       for (int k = 0; k < rows; ++k) {
         const int64_t i = i0 + k;
         float* pr = p.data() + k * most;
@@ -351,7 +379,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> causal_attention_backward(
         weights_from(pr, seen, scl, lh[i]);
         float d = 0.f;
         for (int c = 0; c < kDim; ++c)
-          d += static_cast<float>(gh[i * grad_out.stride(1) + c]) * static_cast<float>(oh[i * out.stride(1) + c]);
+          d += static_cast<float>(gh[i * grad_out.stride(0) + c]) * static_cast<float>(oh[i * out.stride(0) + c]);
         const __m512 dd = _mm512_set1_ps(d), sv = _mm512_set1_ps(scl);
         for (int64_t j = 0; j < seen; j += 16) {
           const __m512 pj = _mm512_loadu_ps(pr + j);
@@ -374,31 +402,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> causal_attention_backward(
       // dk_j += sum_i dS_ij q_i, dv_j += sum_i P_ij dO_i: the tile's rows packed in pairs, the weights paired
       pair_rows(p.data(), most, kTile, seen, p_pairs.data());
       pair_rows(ds.data(), most, kTile, seen, ds_pairs.data());
-      for (auto [src, stride, dst] : {std::tuple{qh, query.stride(2), q_rows}, std::tuple{gh, grad_out.stride(1), go_rows}}) {
+      for (auto [src, stride, dst] : {std::tuple{qh, query.stride(1), q_rows}, std::tuple{gh, grad_out.stride(0), go_rows}}) {
         for (int k = 0; k < kTile; ++k)
           for (int c = 0; c < kDim; ++c) tile[k * kDim + c] = k < rows ? src[(i0 + k) * stride + c] : BFloat16(0.f);
-        std::vector<uint32_t> packed(kTile / 2 * kDim);
-        pack_along_rows(tile.data(), kDim, kTile, kTile, packed.data());
+        pack_along_rows(Rows{tile.data(), tile.data(), kTile, kDim}, kTile, kTile, packed.data());
         for (int m = 0; m < kTile / 2 * kChunks; ++m) dst[m] = load_words(packed.data() + 16 * m);
       }
-      const int64_t touched = round_up(s.offset + i0 + rows, 4);
+      const int64_t touched = round_up(s.prefix + i0 + rows, 4);
       accumulate_keys(ds_pairs.data(), most, q_rows, dk_acc.data(), touched);
       accumulate_keys(p_pairs.data(), most, go_rows, dv_acc.data(), touched);
     }
-    const int64_t seen_all = std::min(s.positions, s.offset + n[r]);
-    std::copy_n(dk_acc.data(), seen_all * kDim, dkh);
-    std::copy_n(dv_acc.data(), seen_all * kDim, dvh);
+    const int64_t before = s.prefix * kDim;
+    std::copy_n(dk_acc.data(), before, dk_prefix.data_ptr<float>() + (r * s.heads + h) * before);
+    std::copy_n(dv_acc.data(), before, dv_prefix.data_ptr<float>() + (r * s.heads + h) * before);
+    std::copy_n(dk_acc.data() + before, n * kDim, dk.data_ptr<float>() + (h * s.queries + at0) * kDim);
+    std::copy_n(dv_acc.data() + before, n * kDim, dv.data_ptr<float>() + (h * s.queries + at0) * kDim);
   });
-  return {dq, dk, dv};
+  return {dq, dk, dv, dk_prefix, dv_prefix};
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(sead, lib) {
-  lib.def("causal_attention_forward(Tensor query, Tensor key, Tensor value, Tensor lengths, float scale) -> "
-          "(Tensor, Tensor)");
+  lib.def("causal_attention_forward(Tensor query, Tensor key, Tensor value, Tensor starts, Tensor lengths, "
+          "float scale) -> (Tensor, Tensor)");
   lib.def("causal_attention_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor out, "
-          "Tensor lse, Tensor lengths, float scale) -> (Tensor, Tensor, Tensor)");
+          "Tensor lse, Tensor starts, Tensor lengths, float scale) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(sead, CPU, lib) {
