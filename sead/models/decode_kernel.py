@@ -169,5 +169,5 @@ def _load(name: str):
         return getattr(torch.ops.sead, OPERATOR.get(name, name))
     except Exception as e:  # noqa: BLE001 - any failure means torch's own operators, which are always correct
         warnings.warn(f"the {KERNELS[name]} kernel is not used ({type(e).__name__}: {e}); "
-                      f"decoding takes torch's operators", stacklevel=2)  # fmt: skip
+                      f"torch's operators take its place", stacklevel=2)  # fmt: skip
         return None
