@@ -89,14 +89,18 @@ class ByLength(Updater):
         return [order[i : i + self.cfg.micro_batch] for i in range(0, len(order), self.cfg.micro_batch)]
 
 
+def sop_opening(tok) -> list[int]:
+    """The SOP prompt and a first user message in the chat template, up to the agent's turn."""
+    sop = build_scenario(load_config([])).agent_system_prompt()
+    chat = [{"role": "system", "content": sop}, {"role": "user", "content": "Hello?"}]
+    return list(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
 def branched_groups(tok, groups: int, size: int, seed: int = 0) -> list[Sequence]:
     """`groups` groups of `size` one-turn continuations: the SOP prompt in the chat template, a dialogue prefix of
     300-1,100 tokens (a cut after a few turns), then each member's own reply of 40-144 tokens (the trained part);
     advantages of both signs. Token values do not change the work."""
-    rng = random.Random(seed)
-    sop = build_scenario(load_config([])).agent_system_prompt()
-    chat = [{"role": "system", "content": sop}, {"role": "user", "content": "Hello?"}]
-    opening = list(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
+    rng, opening = random.Random(seed), sop_opening(tok)
     seqs = []
     for g in range(groups):
         context = opening + [rng.randrange(100, 40_000) for _ in range(rng.randint(300, 1_100))]
@@ -132,10 +136,7 @@ def dialogues(tok, n: int, turns: int = 8, seed: int = 0) -> list[Sequence]:
     """`n` whole dialogues as GRPO trains them: the SOP prompt in the chat template, then `turns` turns of a user
     (30-80 tokens) and the agent (40-144 tokens, trained); advantages of both signs. Token values do not change the
     work."""
-    rng = random.Random(seed)
-    sop = build_scenario(load_config([])).agent_system_prompt()
-    chat = [{"role": "system", "content": sop}, {"role": "user", "content": "Hello?"}]
-    opening = list(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
+    rng, opening = random.Random(seed), sop_opening(tok)
     seqs = []
     for i in range(n):
         ids, mask = list(opening), [0] * len(opening)

@@ -9,10 +9,9 @@ training keeps torch's kernel."""
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig, LlamaForCausalLM
+from test_decode_step import llama
 
 from sead.models import decode_kernel, training_attention
-from sead.models.attention import use_gqa_attention
 from sead.trainer.estimators import Sequence
 from sead.trainer.update import masked_logprobs
 
@@ -128,21 +127,10 @@ def test_bad_input_is_refused_with_the_reason(ops):
         training_attention.causal_attention(q[None].expand(2, -1, -1, -1), k[None], v[None], lengths, None)
 
 
-def small_llama() -> LlamaForCausalLM:
-    """A random 2-layer Llama with 64-wide heads grouped 3 to 1 (SmolLM2's attention shape), fp32 master weights."""
+def small_llama():
+    """A random 2-layer Llama with 64-wide heads grouped 3 to 1 (SmolLM2's attention shape), fp32 weights."""
     torch.manual_seed(0)
-    conf = LlamaConfig(
-        vocab_size=300,
-        hidden_size=192,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=3,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-    )
-    model = LlamaForCausalLM(conf)
-    use_gqa_attention(model)
-    return model
+    return llama(vocab_size=300, hidden_size=192, num_attention_heads=3, num_key_value_heads=1)
 
 
 def sequences() -> list[Sequence]:

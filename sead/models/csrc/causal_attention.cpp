@@ -222,6 +222,20 @@ inline void store_row(BFloat16* dst, const __m512* acc) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * c), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[c])));
 }
 
+// out + k * os = sum_j w[k][j] x_j for a tile's `rows` fp32 weight rows (stride `most`, rounded to bf16 into
+// `rounded` first), x packed along rows
+inline void weigh_tile(const float* w, int64_t most, int rows, int64_t seen, BFloat16* rounded, const uint32_t* x,
+                       BFloat16* out, int64_t os) {
+  round_rows(w, most, rows, seen, rounded);
+  for (int r0 = 0; r0 < rows; r0 += kSub) {
+    const BFloat16* wr[kSub];
+    for (int k = 0; k < kSub; ++k) wr[k] = rounded + std::min(r0 + k, rows - 1) * most;
+    __m512 acc[kSub][kChunks];
+    weigh_rows(wr, x, seen, acc);
+    for (int k = 0; k < kSub && r0 + k < rows; ++k) store_row(out + (r0 + k) * os, acc[k]);
+  }
+}
+
 struct Shape {
   int64_t heads, kv_heads, queries, prefix, segments;
   const int64_t *start, *length;
@@ -313,14 +327,8 @@ std::tuple<at::Tensor, at::Tensor> causal_attention_forward(const at::Tensor& qu
         lh[i0 + k] = log_sum_exp(sc.data() + k * most, seen, scl);
         weights_from(sc.data() + k * most, seen, scl, lh[i0 + k]);  // normalised: rounded to bf16 as such
       }
-      round_rows(sc.data(), most, rows, seen, w.data());
-      for (int r0 = 0; r0 < rows; r0 += kSub) {
-        const BFloat16* x[kSub];
-        for (int k = 0; k < kSub; ++k) x[k] = w.data() + std::min(r0 + k, rows - 1) * most;
-        __m512 acc[kSub][kChunks];
-        weigh_rows(x, values.data() + kv * per, seen, acc);
-        for (int k = 0; k < kSub && r0 + k < rows; ++k) store_row(oh + (i0 + r0 + k) * s.heads * kDim, acc[k]);
-      }
+      weigh_tile(sc.data(), most, rows, seen, w.data(), values.data() + kv * per, oh + i0 * s.heads * kDim,
+                 s.heads * kDim);
     }
   });
   return {out, lse};
@@ -391,14 +399,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> causal_at
         std::fill_n(ds.data() + k * most, seen, 0.f);
       }
       // dq_i = sum_j dS_ij k_j (complete within the tile)
-      round_rows(ds.data(), most, rows, seen, ds_rows.data());
-      for (int r0 = 0; r0 < rows; r0 += kSub) {
-        const BFloat16* x[kSub];
-        for (int k = 0; k < kSub; ++k) x[k] = ds_rows.data() + std::min(r0 + k, rows - 1) * most;
-        __m512 acc[kSub][kChunks];
-        weigh_rows(x, keys_rows.data() + kv * per, seen, acc);
-        for (int k = 0; k < kSub && r0 + k < rows; ++k) store_row(dqh + (i0 + r0 + k) * kDim, acc[k]);
-      }
+      weigh_tile(ds.data(), most, rows, seen, ds_rows.data(), keys_rows.data() + kv * per, dqh + i0 * kDim, kDim);
       // dk_j += sum_i dS_ij q_i, dv_j += sum_i P_ij dO_i: the tile's rows packed in pairs, the weights paired
       pair_rows(p.data(), most, kTile, seen, p_pairs.data());
       pair_rows(ds.data(), most, kTile, seen, ds_pairs.data());
