@@ -121,6 +121,8 @@ def test_bad_input_is_refused_with_the_reason(ops):
         forward(q, k, v, starts + 1, lengths, 0.125)
     with pytest.raises(RuntimeError, match="fewer key positions than queries"):
         forward(q, k[:, :10], v[:, :10], starts, lengths, 0.125)
+    with pytest.raises(RuntimeError, match="multiple of key/value heads"):
+        forward(q[:8], k, v, starts, lengths, 0.125)
     with pytest.raises(RuntimeError, match="one per segment"):
         forward(q, k, v, starts[:2], lengths, 0.125)
     with pytest.raises(ValueError, match="one row"):

@@ -251,7 +251,7 @@ Shape check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
     TORCH_CHECK(t->size(2) == kDim && t->stride(2) == 1, "causal_attention takes head size 64 with unit stride");
   }
   TORCH_CHECK(v.sizes() == k.sizes(), "key and value shapes differ");
-  TORCH_CHECK(q.size(0) % k.size(0) == 0, "query heads must be a multiple of key/value heads");
+  TORCH_CHECK(k.size(0) > 0 && q.size(0) % k.size(0) == 0, "query heads must be a multiple of key/value heads");
   TORCH_CHECK(k.size(1) >= q.size(1), "fewer key positions than queries");
   for (const auto* t : {&starts, &lengths})
     TORCH_CHECK(t->scalar_type() == at::kLong && t->dim() == 1 && t->is_contiguous() && t->size(0) == starts.size(0),
