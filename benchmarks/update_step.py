@@ -19,11 +19,11 @@ where the CPU has native bf16), on the same sequences and from the same weights:
   way (the full logits cast to fp32, divided by the temperature, log-softmax, gather, and each of their
   gradients, tokens x vocabulary each). On branched groups, as `--case branched`. The same gradient up to
   rounding (compared).
-- `--case attention`: the attention of training forwards through SEAD's compiled causal kernel
-  (`sead.models.training_attention`: no mask, the keys above the diagonal and padded queries skipped) against
-  torch's CPU flash kernel given the mask, on whole dialogues (`--sequences` of them: the SOP prompt, then 8 turns,
-  the agent's trained). The same gradient up to bf16 rounding (compared). Where the kernel cannot run (no
-  AVX512-BF16, fp32), both ways are torch's.
+- `--case attention`: training forwards with the sequences packed into one row and their attention through SEAD's
+  compiled causal kernel (`sead.models.training_attention`: no mask, no padding, the keys above the diagonal
+  skipped) against padded rows and torch's CPU flash kernel given the mask, on whole dialogues (`--sequences` of
+  them: the SOP prompt, then 4-8 turns, the agent's trained). The same gradient up to bf16 rounding (compared).
+  Where the kernel cannot run (no AVX512-BF16, fp32), both ways are torch's.
 
 Each way's page faults and system CPU time during its fastest update are recorded beside its seconds.
 

@@ -1,7 +1,7 @@
 """The compiled causal attention of training forwards (sead/models/training_attention.py, csrc/causal_attention.cpp):
 its output and gradients against fp64 attention with the mask it stands for, no further from exact than torch's bf16
-kernel given that mask, padded queries inert, bad input refused with the reason, and `masked_logprobs` taking it
-(log-probs and the weights' gradient as close to fp32 as torch's kernel makes them).
+kernel given that mask, packed segments blind to each other, bad input refused with the reason, and
+`masked_logprobs` taking it (log-probs and the weights' gradient as close to fp32 as torch's kernel makes them).
 
 On a CPU without AVX512-BF16 the kernel is never built: there these tests check that it is not offered and that
 training keeps torch's kernel."""
@@ -86,7 +86,7 @@ def test_output_and_gradients_match_fp64_as_closely_as_torch_s_bf16_kernel(ops, 
 
 def test_a_segment_sees_nothing_of_the_others(ops):
     """Changing one segment's keys, values and queries leaves every other segment's output and gradients as they
-    were, bit for bit; the shared prefix's gradient is the sum of what each segment sends it."""
+    were, bit for bit, and changes the shared prefix's gradient, which every segment adds to."""
     if ops is None:
         return
     q, k, v, grad, lengths = case()

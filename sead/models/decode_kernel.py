@@ -10,8 +10,9 @@
   and AVX-512 loops for the norms, rotary turn, cache write, residuals and SiLU: none of the ~35 operator calls a
   layer that dominate a step at few rows.
 
-- `causal_attention`: the attention of training forwards, forward and backward (`training_attention.py`): each row's
-  own positions causal after a shared prompt, no mask, at about 2.5x torch's CPU flash kernel given the mask.
+- `causal_attention`: the attention of training forwards, forward and backward (`training_attention.py`): sequences
+  packed into one row, each causal over its own positions after a shared prompt, no mask, at about 2.5x torch's
+  CPU flash kernel given the mask.
 
 All four need AVX512-BF16 (they serve only bf16 work, the precision SEAD picks on such CPUs) and a C++ compiler
 (`benchmarks/RESULTS.md` has their measurements).
@@ -147,10 +148,14 @@ def pack_small_rows(weight: torch.Tensor) -> torch.Tensor:
     return padded.view(blocks, 2, 16, pairs, 2).permute(0, 3, 1, 2, 4).contiguous()
 
 
+def _operator(name: str):
+    return getattr(torch.ops.sead, OPERATOR.get(name, name))
+
+
 def _registered(name: str):
     """The operator, if a library of this process registered it already."""
     try:
-        return getattr(torch.ops.sead, OPERATOR.get(name, name))
+        return _operator(name)
     except (AttributeError, RuntimeError):
         return None
 
@@ -166,7 +171,7 @@ def _load(name: str):
             print(f"[sead] building the {KERNELS[name]} kernel in {target.parent} (once, ~15 s)", file=sys.stderr)
             _build(name, target)
         torch.ops.load_library(str(target))
-        return getattr(torch.ops.sead, OPERATOR.get(name, name))
+        return _operator(name)
     except Exception as e:  # noqa: BLE001 - any failure means torch's own operators, which are always correct
         warnings.warn(f"the {KERNELS[name]} kernel is not used ({type(e).__name__}: {e}); "
                       f"torch's operators take its place", stacklevel=2)  # fmt: skip

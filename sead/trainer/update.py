@@ -207,13 +207,12 @@ def _packed_forward(model, seqs: list[Sequence], shared: int, cache, device):
     """The sequences' own positions one after another in one row (no padding), each a segment of its own for the
     attention; returns as `_padded_forward`. A segment's first token is never an agent token (`shared` stops before
     the first one), so the state before it, the previous segment's last, never predicts one."""
-    lengths = [len(s.ids) - shared for s in seqs]
+    lengths = torch.tensor([len(s.ids) - shared for s in seqs])
     ids = torch.cat([s.ids[shared:] for s in seqs])[None].to(device)
     target = torch.cat([s.mask[shared:] for s in seqs]).bool().to(device)
-    starts = torch.tensor(lengths).cumsum(0) - torch.tensor(lengths)
-    if bool(target[starts.to(device)].any()):
+    if bool(target[(lengths.cumsum(0) - lengths).to(device)].any()):
         raise AssertionError("a packed segment starts with an agent token")
-    positions = torch.cat([torch.arange(shared, shared + n) for n in lengths])[None].to(device)
+    positions = torch.cat([torch.arange(shared, shared + int(n)) for n in lengths])[None].to(device)
     hidden = model(
         input_ids=ids,
         position_ids=positions,
