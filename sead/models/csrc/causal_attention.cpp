@@ -22,6 +22,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "check.h"
+
 #include "single_query_attention.h"  // exp16
 
 #include <algorithm>
@@ -245,25 +247,25 @@ struct Shape {
 // prefix; starts/lengths: each segment's queries [start, start + length), in order, covering the row
 Shape check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& starts,
             const at::Tensor& lengths) {
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "query, key and value must be 3-d (heads, positions, 64)");
+  SEAD_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "query, key and value must be 3-d (heads, positions, 64)");
   for (const auto* t : {&q, &k, &v}) {
-    TORCH_CHECK(t->scalar_type() == at::kBFloat16, "causal_attention takes bf16 tensors");
-    TORCH_CHECK(t->size(2) == kDim && t->stride(2) == 1, "causal_attention takes head size 64 with unit stride");
+    SEAD_CHECK(t->scalar_type() == at::kBFloat16, "causal_attention takes bf16 tensors");
+    SEAD_CHECK(t->size(2) == kDim && t->stride(2) == 1, "causal_attention takes head size 64 with unit stride");
   }
-  TORCH_CHECK(v.sizes() == k.sizes(), "key and value shapes differ");
-  TORCH_CHECK(k.size(0) > 0 && q.size(0) % k.size(0) == 0, "query heads must be a multiple of key/value heads");
-  TORCH_CHECK(k.size(1) >= q.size(1), "fewer key positions than queries");
+  SEAD_CHECK(v.sizes() == k.sizes(), "key and value shapes differ");
+  SEAD_CHECK(k.size(0) > 0 && q.size(0) % k.size(0) == 0, "query heads must be a multiple of key/value heads");
+  SEAD_CHECK(k.size(1) >= q.size(1), "fewer key positions than queries");
   for (const auto* t : {&starts, &lengths})
-    TORCH_CHECK(t->scalar_type() == at::kLong && t->dim() == 1 && t->is_contiguous() && t->size(0) == starts.size(0),
+    SEAD_CHECK(t->scalar_type() == at::kLong && t->dim() == 1 && t->is_contiguous() && t->size(0) == starts.size(0),
                 "starts and lengths must be contiguous int64 tensors, one per segment");
   const Shape s{q.size(0), k.size(0), q.size(1), k.size(1) - q.size(1), starts.size(0), starts.data_ptr<int64_t>(),
                 lengths.data_ptr<int64_t>()};
   int64_t next = 0;
   for (int64_t r = 0; r < s.segments; ++r) {
-    TORCH_CHECK(s.start[r] == next && s.length[r] > 0, "segments must be non-empty and follow each other from 0");
+    SEAD_CHECK(s.start[r] == next && s.length[r] > 0, "segments must be non-empty and follow each other from 0");
     next += s.length[r];
   }
-  TORCH_CHECK(next == s.queries, "the segments' lengths must add up to the queries (", next, " != ", s.queries, ")");
+  SEAD_CHECK(next == s.queries, "the segments' lengths must add up to the queries (", next, " != ", s.queries, ")");
   return s;
 }
 
@@ -341,11 +343,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> causal_at
     const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
     const at::Tensor& out, const at::Tensor& lse, const at::Tensor& starts, const at::Tensor& lengths, double scale) {
   const Shape s = check(query, key, value, starts, lengths);
-  TORCH_CHECK(grad_out.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 &&
+  SEAD_CHECK(grad_out.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 &&
                   grad_out.sizes() == out.sizes() && out.dim() == 3 && out.size(0) == s.queries &&
                   out.size(1) == s.heads && out.size(2) == kDim && grad_out.stride(2) == 1 && out.stride(2) == 1,
               "grad_out and out must be bf16 (queries, heads, 64) with unit stride in the head dimension");
-  TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
+  SEAD_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
                   lse.sizes() == at::IntArrayRef({s.heads, s.queries}),
               "lse must be the forward's contiguous fp32 (heads, queries)");
   auto f32 = query.options().dtype(at::kFloat);

@@ -5,6 +5,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "check.h"
+
 #include "single_query_attention.h"
 
 #include <cstdint>
@@ -18,18 +20,18 @@ using namespace sead::attention;
 // dim; valid (rows, positions) bool or an empty tensor. -> (out (rows, kv, group, dim), m, l (rows, kv, group)) fp32
 std::tuple<at::Tensor, at::Tensor, at::Tensor> single_query_attention(
     const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const at::Tensor& valid, double scale) {
-  TORCH_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4, "query, key and value must be 4-d");
-  TORCH_CHECK(query.scalar_type() == at::kBFloat16 && key.scalar_type() == at::kBFloat16 &&
+  SEAD_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4, "query, key and value must be 4-d");
+  SEAD_CHECK(query.scalar_type() == at::kBFloat16 && key.scalar_type() == at::kBFloat16 &&
                   value.scalar_type() == at::kBFloat16,
               "single_query_attention takes bf16 tensors");
   const int64_t rows = query.size(0), kv = query.size(1), group = query.size(2), dim = query.size(3);
   const int64_t positions = key.size(2);
-  TORCH_CHECK(key.size(0) == rows && key.size(1) == kv && key.size(3) == dim, "key shape does not match query");
-  TORCH_CHECK(value.sizes() == key.sizes(), "value shape does not match key");
-  TORCH_CHECK(key.stride(3) == 1 && value.stride(3) == 1, "key/value need unit stride in the head dimension");
-  TORCH_CHECK(dim == 64 || dim == 128, "head dimension must be 64 or 128, not ", dim);
+  SEAD_CHECK(key.size(0) == rows && key.size(1) == kv && key.size(3) == dim, "key shape does not match query");
+  SEAD_CHECK(value.sizes() == key.sizes(), "value shape does not match key");
+  SEAD_CHECK(key.stride(3) == 1 && value.stride(3) == 1, "key/value need unit stride in the head dimension");
+  SEAD_CHECK(dim == 64 || dim == 128, "head dimension must be 64 or 128, not ", dim);
   const bool masked = valid.numel() > 0;
-  TORCH_CHECK(!masked || (valid.scalar_type() == at::kBool && valid.dim() == 2 && valid.size(0) == rows &&
+  SEAD_CHECK(!masked || (valid.scalar_type() == at::kBool && valid.dim() == 2 && valid.size(0) == rows &&
                           valid.size(1) == positions && valid.is_contiguous()),
               "valid must be a contiguous (rows, positions) bool tensor");
   const at::Tensor q = query.contiguous();
