@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from sead import compute
+from sead import compute, host_memory
 from sead.config import build_controller, build_scenario, build_usersim, check_config, group_config, runner_config
 from sead.controller.plausibility import check_endpoint, training_profiles
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
@@ -441,5 +441,6 @@ def _summary(step: int, total: int, r: StepRecord) -> str:
 
 
 def train(cfg: DictConfig) -> Path:
+    host_memory.keep_freed_memory()  # each micro-batch's activations reuse the last one's pages
     with run_dir_lock(Path(str(cfg.run_dir)).resolve()):
         return compute.serve(Trainer(cfg).run())  # the tensor work on this thread, the loop beside it
