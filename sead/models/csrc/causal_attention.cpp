@@ -257,7 +257,7 @@ Shape check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
   SEAD_CHECK(k.size(1) >= q.size(1), "fewer key positions than queries");
   for (const auto* t : {&starts, &lengths})
     SEAD_CHECK(t->scalar_type() == at::kLong && t->dim() == 1 && t->is_contiguous() && t->size(0) == starts.size(0),
-                "starts and lengths must be contiguous int64 tensors, one per segment");
+               "starts and lengths must be contiguous int64 tensors, one per segment");
   const Shape s{q.size(0), k.size(0), q.size(1), k.size(1) - q.size(1), starts.size(0), starts.data_ptr<int64_t>(),
                 lengths.data_ptr<int64_t>()};
   int64_t next = 0;
@@ -344,12 +344,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> causal_at
     const at::Tensor& out, const at::Tensor& lse, const at::Tensor& starts, const at::Tensor& lengths, double scale) {
   const Shape s = check(query, key, value, starts, lengths);
   SEAD_CHECK(grad_out.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 &&
-                  grad_out.sizes() == out.sizes() && out.dim() == 3 && out.size(0) == s.queries &&
-                  out.size(1) == s.heads && out.size(2) == kDim && grad_out.stride(2) == 1 && out.stride(2) == 1,
-              "grad_out and out must be bf16 (queries, heads, 64) with unit stride in the head dimension");
+                 grad_out.sizes() == out.sizes() && out.dim() == 3 && out.size(0) == s.queries &&
+                 out.size(1) == s.heads && out.size(2) == kDim && grad_out.stride(2) == 1 && out.stride(2) == 1,
+             "grad_out and out must be bf16 (queries, heads, 64) with unit stride in the head dimension");
   SEAD_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
-                  lse.sizes() == at::IntArrayRef({s.heads, s.queries}),
-              "lse must be the forward's contiguous fp32 (heads, queries)");
+                 lse.sizes() == at::IntArrayRef({s.heads, s.queries}),
+             "lse must be the forward's contiguous fp32 (heads, queries)");
   auto f32 = query.options().dtype(at::kFloat);
   at::Tensor dq = at::empty({s.heads, s.queries, kDim}, query.options());
   at::Tensor dk = at::empty({s.heads, s.queries, kDim}, f32), dv = at::empty_like(dk);

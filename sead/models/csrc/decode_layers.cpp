@@ -38,11 +38,11 @@ struct Packed {  // a weight in small_rows_linear's layout
 Packed packed_weight(const at::Tensor& t, int64_t out, int64_t in, const char* name, size_t layer) {
   using namespace sead::small_rows;
   SEAD_CHECK(t.scalar_type() == at::kBFloat16 && t.dim() == 5 && t.size(2) == kGroups && t.size(3) == 16 &&
-                  t.size(4) == 2 && t.is_contiguous(),
-              name, "[", layer, "] must be a contiguous bf16 (blocks, pairs, 2, 16, 2) pack");
+                 t.size(4) == 2 && t.is_contiguous(),
+             name, "[", layer, "] must be a contiguous bf16 (blocks, pairs, 2, 16, 2) pack");
   const int64_t blocks = t.size(0), pairs = t.size(1);
   SEAD_CHECK(out > (blocks - 1) * kBlockOut && out <= blocks * kBlockOut && (in + 1) / 2 == pairs, name, "[", layer,
-              "] is packed for another shape than ", out, " x ", in);
+             "] is packed for another shape than ", out, " x ", in);
   return {t.data_ptr<BFloat16>(), blocks, pairs};
 }
 
@@ -245,7 +245,7 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& cos, const at
   const size_t layers = norm_in.size();
   SEAD_CHECK(x_in.scalar_type() == at::kBFloat16 && x_in.dim() == 2, "x must be a (rows, hidden) bf16 tensor");
   SEAD_CHECK(kv_heads > 0 && heads % kv_heads == 0, heads, " query heads do not group over ", kv_heads,
-              " key/value heads");
+             " key/value heads");
   for (auto [list, name] : {std::pair{qkv_w, "qkv"}, {o_w, "o"}, {norm_post, "norm_post"}, {gate_up_w, "gate_up"},
                             {down_w, "down"}, {keys, "keys"}, {values, "values"}})
     check_list(list, layers, name);
@@ -261,30 +261,30 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& cos, const at
   s.prefix = has_prefix ? prefix_keys[0].size(2) : 0;
   SEAD_CHECK(s.dim == 64 || s.dim == 128, "head dimension must be 64 or 128, not ", s.dim);
   SEAD_CHECK(s.hidden % 16 == 0 && inner % 16 == 0, "hidden (", s.hidden, ") and inner (", inner,
-              ") widths must be multiples of 16");
+             ") widths must be multiples of 16");
   SEAD_CHECK(cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16 && cos.is_contiguous() &&
-                  sin.is_contiguous() && cos.numel() == s.rows * s.dim && sin.numel() == s.rows * s.dim,
-              "cos and sin must be contiguous bf16 (rows, ", s.dim, ") tensors");
+                 sin.is_contiguous() && cos.numel() == s.rows * s.dim && sin.numel() == s.rows * s.dim,
+             "cos and sin must be contiguous bf16 (rows, ", s.dim, ") tensors");
   SEAD_CHECK(valid.scalar_type() == at::kBool && valid.dim() == 2 && valid.size(0) == s.rows &&
-                  valid.size(1) == s.capacity && valid.is_contiguous(),
-              "valid must be a contiguous (rows, ", s.capacity, ") bool tensor");
+                 valid.size(1) == s.capacity && valid.is_contiguous(),
+             "valid must be a contiguous (rows, ", s.capacity, ") bool tensor");
   SEAD_CHECK(column >= 0 && column < s.capacity, "column ", column, " is outside the cache's ", s.capacity,
-              " positions");
+             " positions");
   std::vector<Packed> qkv_p, o_p, gu_p, down_p;
   for (size_t l = 0; l < layers; ++l) {
     for (const at::Tensor& t : {keys[l], values[l]})
       SEAD_CHECK(t.scalar_type() == at::kBFloat16 && t.dim() == 4 && t.size(0) == s.rows && t.size(1) == s.kv &&
-                      t.size(2) == s.capacity && t.size(3) == s.dim && t.stride(3) == 1,
-                  "keys/values[", l, "] must be bf16 (", s.rows, ", ", s.kv, ", ", s.capacity, ", ", s.dim,
-                  ") with unit stride in the head dimension");
+                     t.size(2) == s.capacity && t.size(3) == s.dim && t.stride(3) == 1,
+                 "keys/values[", l, "] must be bf16 (", s.rows, ", ", s.kv, ", ", s.capacity, ", ", s.dim,
+                 ") with unit stride in the head dimension");
     if (has_prefix)
       for (const at::Tensor& t : {prefix_keys[l], prefix_values[l]})
         SEAD_CHECK(t.scalar_type() == at::kBFloat16 && t.dim() == 4 && t.size(0) == 1 && t.size(1) == s.kv &&
-                        t.size(2) == s.prefix && t.size(3) == s.dim && t.stride(3) == 1,
-                    "prefix keys/values[", l, "] must be bf16 (1, ", s.kv, ", ", s.prefix, ", ", s.dim, ")");
+                       t.size(2) == s.prefix && t.size(3) == s.dim && t.stride(3) == 1,
+                   "prefix keys/values[", l, "] must be bf16 (1, ", s.kv, ", ", s.prefix, ", ", s.dim, ")");
     for (const at::Tensor& t : {norm_in[l], norm_post[l]})
       SEAD_CHECK(t.scalar_type() == at::kBFloat16 && t.numel() == s.hidden && t.is_contiguous(), "norm weights[", l,
-                  "] must be contiguous bf16 of ", s.hidden);
+                 "] must be contiguous bf16 of ", s.hidden);
     qkv_p.push_back(packed_weight(qkv_w[l], s.width, s.hidden, "qkv", l));
     o_p.push_back(packed_weight(o_w[l], s.hidden, s.heads * s.dim, "o", l));
     gu_p.push_back(packed_weight(gate_up_w[l], 2 * inner, s.hidden, "gate_up", l));

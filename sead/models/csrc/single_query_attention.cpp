@@ -22,8 +22,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> single_query_attention(
     const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const at::Tensor& valid, double scale) {
   SEAD_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4, "query, key and value must be 4-d");
   SEAD_CHECK(query.scalar_type() == at::kBFloat16 && key.scalar_type() == at::kBFloat16 &&
-                  value.scalar_type() == at::kBFloat16,
-              "single_query_attention takes bf16 tensors");
+                 value.scalar_type() == at::kBFloat16,
+             "single_query_attention takes bf16 tensors");
   const int64_t rows = query.size(0), kv = query.size(1), group = query.size(2), dim = query.size(3);
   const int64_t positions = key.size(2);
   SEAD_CHECK(key.size(0) == rows && key.size(1) == kv && key.size(3) == dim, "key shape does not match query");
@@ -32,8 +32,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> single_query_attention(
   SEAD_CHECK(dim == 64 || dim == 128, "head dimension must be 64 or 128, not ", dim);
   const bool masked = valid.numel() > 0;
   SEAD_CHECK(!masked || (valid.scalar_type() == at::kBool && valid.dim() == 2 && valid.size(0) == rows &&
-                          valid.size(1) == positions && valid.is_contiguous()),
-              "valid must be a contiguous (rows, positions) bool tensor");
+                         valid.size(1) == positions && valid.is_contiguous()),
+             "valid must be a contiguous (rows, positions) bool tensor");
   const at::Tensor q = query.contiguous();
   auto f32 = query.options().dtype(at::kFloat);
   at::Tensor out = at::empty({rows, kv, group, dim}, f32);

@@ -17,14 +17,14 @@ using namespace sead::small_rows;
 // x (..., in) bf16; packed (blocks, pairs, 2, 16, 2) bf16 (decode_kernel.pack_small_rows); out: output features
 at::Tensor small_rows_linear(const at::Tensor& input, const at::Tensor& packed, int64_t out) {
   SEAD_CHECK(input.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16,
-              "small_rows_linear takes bf16 tensors");
+             "small_rows_linear takes bf16 tensors");
   SEAD_CHECK(packed.dim() == 5 && packed.size(2) == kGroups && packed.size(3) == 16 && packed.size(4) == 2 &&
-                  packed.is_contiguous(),
-              "packed must be a contiguous (blocks, pairs, 2, 16, 2) tensor");
+                 packed.is_contiguous(),
+             "packed must be a contiguous (blocks, pairs, 2, 16, 2) tensor");
   const int64_t blocks = packed.size(0), pairs = packed.size(1), in = input.size(-1);
   SEAD_CHECK((in + 1) / 2 == pairs, "input has ", in, " features; the weight takes ", 2 * pairs, " (padded)");
   SEAD_CHECK(out > (blocks - 1) * kBlockOut && out <= blocks * kBlockOut, "out = ", out, " does not match ", blocks,
-              " blocks");
+             " blocks");
   const at::Tensor x = input.contiguous();
   auto sizes = x.sizes().vec();
   sizes.back() = out;
