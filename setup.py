@@ -13,7 +13,7 @@ setup(
     description="Multi-turn RL for SOP-driven service dialogue agents against a simulated user",
     long_description=Path("README.md").read_text() if Path("README.md").exists() else "",
     long_description_content_type="text/markdown",
-    python_requires=">=3.10,<3.13",
+    python_requires=">=3.11,<3.13",  # asyncio.timeout
     packages=find_packages(include=["sead", "sead.*"]),
     install_requires=requirements("requirements.txt"),
     package_data={"sead.eval": ["templates/*.j2"], "sead.models": ["csrc/*.cpp", "csrc/*.h"]},

@@ -36,6 +36,7 @@ from rich.progress import Progress
 
 from sead.config import build_scenario, build_usersim, load_config
 from sead.dialogue import AgentOutput, AgentPolicy, EpisodeJob, RunnerConfig, run_batch
+from sead.dialogue.chat_tokens import plain_ids, plain_text
 from sead.models.precision import cpu_info, cpu_line
 from sead.models.smollm import load_tokenizer
 from sead.scenario import Profile
@@ -99,6 +100,7 @@ def play_share(dialogues: range, url: str, args, start, progress) -> None:
     puts one None per finished dialogue and then its figures on `progress`."""
     scenario = build_scenario(load_config([]))
     tok = load_tokenizer()
+    plain_text(tok, plain_ids(tok, scenario.agent_system_prompt()))  # the once-per-process probes, off the clock
     agent = FixedLatencyAgent(tok, scenario, args.latency)
     user = build_usersim(
         load_config(["usersim=openai", f"usersim.base_urls=[{url}]", "usersim.model=fake-user-sim"]), scenario

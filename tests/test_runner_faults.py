@@ -171,3 +171,58 @@ def test_batches_freeze_older_objects_only_while_they_run():
         assert gc.get_freeze_count() == owned
     finally:
         gc.unfreeze()
+
+
+def test_batches_collect_the_young_generation_less_often_only_while_they_run():
+    import gc
+
+    from sead.dialogue.batch import BATCH_YOUNG_THRESHOLD, older_objects_frozen
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with older_objects_frozen():
+            with older_objects_frozen():
+                assert gc.get_threshold() == (BATCH_YOUNG_THRESHOLD, 10, 10)
+            assert gc.get_threshold() == (BATCH_YOUNG_THRESHOLD, 10, 10)  # the outer batch still runs
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(10 * BATCH_YOUNG_THRESHOLD, 5, 5)  # a user's higher threshold is kept
+        with older_objects_frozen():
+            assert gc.get_threshold() == (10 * BATCH_YOUNG_THRESHOLD, 5, 5)
+        gc.set_threshold(0)  # automatic collection switched off stays off
+        with older_objects_frozen():
+            assert gc.get_threshold()[0] == 0
+        assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize("declared", [None, 30.0])
+def test_a_hanging_simulator_is_cut_at_the_runners_deadline_unless_its_own_is_shorter(
+    restaurant, smollm_tokenizer, declared
+):
+    """The runner skips its own timer only for a simulator whose declared deadline is at most the runner's; one
+    that declares none, or a longer one, and hangs is still cut at `user_timeout` and retried as configured."""
+    from sead.usersim import UserSimulator
+
+    class Hanging(UserSimulator):
+        name = "hanging"
+        call_deadline = declared
+
+        async def respond(self, profile, history, agent_response, *, seed):
+            await asyncio.sleep(3600)
+
+    t0 = time.monotonic()
+    episodes = asyncio.run(
+        run_batch(
+            jobs(2),
+            scenario=restaurant,
+            agent=SteadyAgent(smollm_tokenizer, restaurant),
+            user=Hanging(restaurant),
+            tokenizer=smollm_tokenizer,
+            cfg=RunnerConfig(user_retries=1, backoff_base=0.01, user_timeout=0.2),
+        )
+    )
+    assert time.monotonic() - t0 < 5
+    assert [e.end_reason for e in episodes] == ["sim_error"] * 2
+    assert all("no answer within 0.2 s" in e.meta["sim_error"] for e in episodes)

@@ -17,6 +17,8 @@ from sead.dialogue.chat_tokens import plain_ids
 
 @dataclass
 class AgentRequest:
+    """One turn to sample. The message dicts are the runner's own: read them, never change them."""
+
     prompt_ids: list[int]  # the whole context the agent conditions on (chat template applied)
     messages: list[dict]  # the same context as chat messages
     max_new_tokens: int

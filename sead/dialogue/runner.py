@@ -77,12 +77,19 @@ async def ask_user(
         if attempt:
             await asyncio.sleep(min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1)))
         try:
-            reply = await asyncio.wait_for(user.respond(profile, history, agent_response, seed=seed), cfg.user_timeout)
+            # asyncio.timeout, not wait_for: no extra task per call, which hundreds of dialogues in flight pay for;
+            # and none at all over a simulator whose own deadline comes first.
+            own = user.call_deadline
+            if own is not None and own <= cfg.user_timeout:
+                reply = await user.respond(profile, history, agent_response, seed=seed)
+            else:
+                async with asyncio.timeout(cfg.user_timeout):
+                    reply = await user.respond(profile, history, agent_response, seed=seed)
             turn = scenario.tags.parse_user(reply.text)
             if not turn.reply:
                 raise UnusableReply(f"no <user_reply> in simulator output {reply.text[:80]!r}")
             return reply, turn, attempt
-        except asyncio.TimeoutError:
+        except TimeoutError:
             last = SimulatorError(f"no answer within {cfg.user_timeout:g} s")
         except Exception as e:  # any simulator failure is retried, then ends the episode as sim_error
             last = e
@@ -148,8 +155,10 @@ async def run_episode(
         else:
             t0 = time.perf_counter()
             request_seed = turn_seed(sampling_seed, turn_index)
+            # A copy of the ids (the runner extends its list), the message dicts themselves (never changed once
+            # appended): copying every message on every turn was a share of the runner's CPU.
             out = await agent.generate(
-                AgentRequest(list(chat.prompt_ids), [dict(m) for m in chat.messages], cfg.max_new_tokens, request_seed)
+                AgentRequest(list(chat.prompt_ids), list(chat.messages), cfg.max_new_tokens, request_seed)
             )
             timing["agent_s"] += time.perf_counter() - t0
             tokens["agent_prompt"] += len(chat.prompt_ids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from sead.errors import SEADInputError
@@ -46,12 +47,17 @@ class Scenario:
     # than the request. A plain dict, so a scenario still pickles (verl sends it to its workers).
     _user_prompts: dict[Profile, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    @property
+    # Both are asked for on every turn or dialogue, hundreds in flight per process; fields are not reassigned.
+    @cached_property
     def tags(self) -> TagSchema:
         return TagSchema(self.space, len(self.stages))
 
-    def agent_system_prompt(self) -> str:
+    @cached_property
+    def _agent_system_text(self) -> str:
         return self.agent_prompt.render({})
+
+    def agent_system_prompt(self) -> str:
+        return self._agent_system_text
 
     def user_system_prompt(self, profile: Profile) -> str:
         prompt = self._user_prompts.get(profile)

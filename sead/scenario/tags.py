@@ -8,8 +8,10 @@ dimensions: the agent predicts `<{dim}_score>`, the user reports `<user_{dim}>`.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 from sead.scenario.profile_space import ProfileSpace
 
@@ -68,24 +70,44 @@ class TagSchema:
     def user_tags(self) -> list[str]:
         return ["user_think", "user_reply", *(f"user_{d.name}" for d in self.space.dimensions), "user_status"]
 
+    # Every turn of every dialogue is parsed, hundreds in flight per process: the tag strings are made once.
+    @cached_property
+    def _agent_marks(self) -> tuple[_Mark, ...]:
+        return _marks(self.agent_tags())
+
+    @cached_property
+    def _user_marks(self) -> tuple[_Mark, ...]:
+        return _marks(self.user_tags())
+
+    @cached_property
+    def user_reminder(self) -> str:
+        """The line that ends every request to a model simulator, naming the tags its answer must have."""
+        tags = ", ".join(f"<{t}>" for t in self.user_tags())
+        return f"(The caller's words are inside <response>. Answer this turn with exactly these tags: {tags}.)"
+
+    @cached_property
+    def _scores(self) -> tuple[tuple[str, str, int, int], ...]:
+        """(dimension, agent tag, low, high) per dimension; the user's tags are `user_` + dimension."""
+        return tuple((d.name, f"{d.name}_score", d.low, d.high) for d in self.space.dimensions)
+
     def parse_agent(self, text: str) -> AgentTurn:
-        found = _find_tags(text, self.agent_tags())
-        problems = list(found.problems)
+        found = _find_tags(text, self._agent_marks)
+        problems = found.problems
         response = found.get("response")
         if response is None:
             problems.append("missing <response>")
-        portrait = {d.name: _read_int(found, f"{d.name}_score", d.low, d.high, problems) for d in self.space.dimensions}
+        portrait = {name: _read_int(found, tag, low, high, problems) for name, tag, low, high in self._scores}
         stage = _read_int(found, "stage", 0, self.num_stages - 1, problems)
         status = _read_status(found, "status", problems)
         return AgentTurn(text, response, portrait, stage, status, found.get("think"), problems)
 
     def parse_user(self, text: str) -> UserTurn:
-        found = _find_tags(text, self.user_tags())
-        problems = list(found.problems)
+        found = _find_tags(text, self._user_marks)
+        problems = found.problems
         reply = found.get("user_reply")
         if reply is None:
             problems.append("missing <user_reply>")
-        state = {d.name: _read_int(found, f"user_{d.name}", d.low, d.high, problems) for d in self.space.dimensions}
+        state = {name: _read_int(found, f"user_{name}", low, high, problems) for name, _, low, high in self._scores}
         status = _read_status(found, "user_status", problems)
         return UserTurn(text, reply, state, status, found.get("user_think"), problems)
 
@@ -107,19 +129,28 @@ class _Found(dict):
     problems: list[str]
 
 
-def _find_tags(text: str, names: list[str]) -> _Found:
+_Mark = tuple[str, str, str]  # a tag's name, its opening and its closing
+
+
+def _marks(names: list[str]) -> tuple[_Mark, ...]:
+    return tuple((n, f"<{n}>", f"</{n}>") for n in names)
+
+
+def _find_tags(text: str, marks: tuple[_Mark, ...]) -> _Found:
     """Content of the first occurrence of each tag. An unclosed tag runs to the next known tag or the end."""
     found = _Found()
     found.problems = []
-    opens = {n: text.find(f"<{n}>") for n in names}
-    starts = sorted(p for p in opens.values() if p >= 0)
-    for name, pos in opens.items():
+    opens = [(text.find(opening), name, opening, closing) for name, opening, closing in marks]
+    starts = sorted(pos for pos, *_ in opens if pos >= 0)
+    for pos, name, opening, closing in opens:
         if pos < 0:
             continue
-        begin = pos + len(name) + 2
-        nxt = next((s for s in starts if s > pos), len(text))
-        end = text.find(f"</{name}>", begin)
-        if end < 0 or end > nxt:
+        begin = pos + len(opening)
+        later = bisect_right(starts, pos)
+        nxt = starts[later] if later < len(starts) else len(text)
+        # The closing tag counts only where it starts before the next known tag opens.
+        end = text.find(closing, begin, nxt + len(closing))
+        if end < 0:
             found.problems.append(f"unclosed <{name}> repaired")
             end = nxt
         found[name] = text[begin:end].strip()
@@ -131,6 +162,10 @@ def _read_int(found: _Found, tag: str, low: int, high: int, problems: list[str])
     if raw is None:
         problems.append(f"missing <{tag}>")
         return None
+    if raw.isdecimal():  # the usual case, a bare number: the same value as the search below, without the regex
+        value = int(raw)
+        if low <= value <= high:
+            return value
     m = _INT.search(raw)
     if m is None:
         problems.append(f"<{tag}> is not a number: {raw[:20]!r}")

@@ -20,7 +20,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import orjson
 
 Responder = Callable[[dict], str]
 
@@ -220,8 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _completion(body: dict, content: str, model: str) -> dict:
     """An OpenAI chat.completion; token counts are word counts, enough for accounting tests."""
-    prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-    completion_tokens = len(content.split())
+    prompt_tokens = sum(_words(str(m.get("content", ""))) for m in body.get("messages", []))
+    completion_tokens = _words(content)
     return {
         "id": f"chatcmpl-fake-{time.monotonic_ns()}",
         "object": "chat.completion",
@@ -234,6 +237,11 @@ def _completion(body: dict, content: str, model: str) -> dict:
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+@lru_cache(maxsize=8192)  # the role-play prompt and earlier turns come back on every call of a dialogue
+def _words(text: str) -> int:
+    return len(text.split())
 
 
 class _LeanHTTP(asyncio.Protocol):
@@ -274,7 +282,7 @@ class _LeanHTTP(asyncio.Protocol):
         if method != "POST" or path != "/v1/chat/completions":
             return 404, {"error": {"message": f"no route {path}"}}
         try:
-            request = json.loads(body)
+            request = orjson.loads(body)
             return 200, _completion(request, self.responder(request), self.model)
         except Exception as e:
             return 500, {"error": {"message": f"bad request or responder failed: {e!r}"}}
@@ -282,7 +290,7 @@ class _LeanHTTP(asyncio.Protocol):
     def _write(self, status: int, payload: dict) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        data = json.dumps(payload).encode()
+        data = orjson.dumps(payload)
         head = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
         self.transport.write(head.encode() + data)
 
@@ -293,7 +301,8 @@ class _LeanHTTP(asyncio.Protocol):
 async def serve_lean(responder: Responder, *, latency: float, model: str = "fake-user-sim"):
     """The same answers as FakeOpenAIServer from one event loop, without its faults or request log: what
     benchmarks run beside the client, where the threaded server's own CPU (about 0.3 ms a call, a thread and
-    an email-style header parser per request) would be charged to the cores the runner is measured on."""
+    an email-style header parser per request) would be charged to the cores the runner is measured on. JSON by
+    orjson and word counts remembered per text, for the same reason."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: _LeanHTTP(responder, model, latency), "127.0.0.1", 0, backlog=2048)
 

@@ -37,6 +37,9 @@ class SimulatorError(RuntimeError):
 
 class UserSimulator(ABC):
     name: str = "base"
+    # Seconds within which `respond` always answers or raises by itself (its own deadline), or None. The runner
+    # sets no deadline of its own over one at least as short: a second timer per call is CPU it need not spend.
+    call_deadline: float | None = None
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import httpx
+import orjson
 
 from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
@@ -39,11 +40,9 @@ def build_user_messages(
             messages.append({"role": "assistant", "content": past.user_text})
             pending = []
     pending.append(_wrap(agent_response))
-    tags = ", ".join(f"<{t}>" for t in scenario.tags.user_tags())
     # Only the newest message carries the reminder: earlier messages stay byte-identical between turns,
     # which keeps vLLM's prefix cache useful.
-    reminder = f"(The caller's words are inside <response>. Answer this turn with exactly these tags: {tags}.)"
-    messages.append({"role": "user", "content": "\n".join(pending) + "\n\n" + reminder})
+    messages.append({"role": "user", "content": "\n".join(pending) + "\n\n" + scenario.tags.user_reminder})
     return messages
 
 
@@ -57,10 +56,19 @@ def turn_seed(seed: int, turn: int) -> int:
     return (seed * 1_000_003 + turn) % 2**31
 
 
+def _json(value) -> bytes:
+    """JSON bytes, by orjson: with hundreds of dialogues in flight the request encoding is a share of the runner's
+    CPU, and orjson takes a tenth of json's time. A string it refuses (a lone surrogate) goes through json, escaped."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value).encode()
+
+
 @lru_cache(maxsize=4096)  # one role-play prompt per profile in flight is what matters
-def _message_json(role: str, content: str) -> str:
+def _message_json(role: str, content: str) -> bytes:
     """A chat message as JSON; the role-play prompt is most of a request's bytes and the same on every turn."""
-    return json.dumps({"role": role, "content": content})
+    return _json({"role": role, "content": content})
 
 
 class OpenAIUserSimulator(UserSimulator):
@@ -89,6 +97,7 @@ class OpenAIUserSimulator(UserSimulator):
         self.model = model
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.max_tokens, self.timeout = max_tokens, timeout
+        self.call_deadline = timeout  # respond's own asyncio.timeout covers the whole call
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         # One keep-alive client per URL, a plain HTTP/1.1 one rather than the openai SDK or aiohttp: with hundreds
         # of dialogues in flight the client's CPU per request bounds the rollout rate (see http_client).
@@ -136,8 +145,8 @@ class OpenAIUserSimulator(UserSimulator):
         if status >= 400:
             raise _HTTPError(status, raw)
         try:
-            return json.loads(raw)
-        except ValueError:
+            return orjson.loads(raw)
+        except ValueError:  # orjson.JSONDecodeError is one
             raise _HTTPError(status, raw, "the answer is not JSON") from None
 
     def _request_json(self, messages: list[dict], seed: int, turn: int) -> bytes:
@@ -153,9 +162,8 @@ class OpenAIUserSimulator(UserSimulator):
         if self.top_k is not None:
             settings["top_k"] = self.top_k
         system, rest = messages[0], messages[1:]
-        encoded = _message_json(system["role"], system["content"])
-        later = ", " + json.dumps(rest)[1:-1] if rest else ""
-        return f'{{"messages": [{encoded}{later}], {json.dumps(settings)[1:]}'.encode()
+        later = b"," + _json(rest)[1:-1] if rest else b""
+        return b'{"messages":[%s%s],%s' % (_message_json(system["role"], system["content"]), later, _json(settings)[1:])
 
     def identity(self) -> dict:
         return {
