@@ -198,3 +198,19 @@ def test_other_decoders_and_a_wrong_byte_table_are_refused(smollm_tokenizer, mon
     original = smollm_tokenizer.backend_tokenizer
     assert CachedByteLevelDecode.for_tokenizer(original) is None
     assert CachedByteLevelBPE.for_tokenizer(original) is None
+
+
+def test_the_encoder_is_probed_once_per_tokenizer_until_a_token_is_added(smollm_tokenizer, monkeypatch):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm_tokenizer.name_or_path)
+    probes = []
+    probe = CachedByteLevelBPE.for_tokenizer
+    monkeypatch.setattr(CachedByteLevelBPE, "for_tokenizer", lambda backend: probes.append(1) or probe(backend))
+    for text in ["one", "two words", "<|im_start|>three"] * 20:
+        plain_ids(tok, text)
+    assert len(probes) == 1
+    tok.add_tokens(["<sead_later>"])
+    assert plain_ids(tok, "x<sead_later>") == tok("x<sead_later>", add_special_tokens=False)["input_ids"]
+    plain_ids(tok, "again")
+    assert len(probes) == 2

@@ -23,7 +23,7 @@ import weakref
 import regex
 
 GPT2_WORDS = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-WORDS_KEPT = 200_000  # cached words per tokenizer; the cache starts over past this
+WORDS_KEPT = 100_000  # cached words per tokenizer (a few MB); the cache starts over past this
 # Texts the probe encodes both ways: contractions, digits, runs of spaces and newlines before words, tabs, unicode
 # letters, marks, emoji, whitespace beyond ASCII, and added tokens next to text.
 PROBE_TEXTS = (
@@ -188,10 +188,11 @@ class CachedByteLevelDecode:
             return None
 
 
-# transformers tokenizer -> (how many added tokens it had, encoder or None), and -> decoder or None; the backend
-# itself cannot be weakly referenced. The count catches tokens added after the probe, which the encoder would not
-# split on (it costs 2 us; the vocabulary's size with added tokens, 7 ms). The decoder needs no such check: ids
-# added later are past its table, and their calls go to `tokenizers`.
+# transformers tokenizer -> (the first id past its vocabulary, encoder or None), and -> decoder or None; the backend
+# itself cannot be weakly referenced. A token added after the probe takes that id, which the encoder would not split
+# on, so the encoder is made again: one id lookup per call (counting the added tokens costs 2-400 us, the vocabulary's
+# size 7 ms). Not seen: an existing token re-registered as an added one after the first encode. The decoder needs no
+# such check: ids added later are past its table, and their calls go to `tokenizers`.
 _encoders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _decoders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -199,14 +200,15 @@ _decoders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def cached_encoder(tok, backend) -> CachedByteLevelBPE | None:
     """The encoder for `backend` (`tok.backend_tokenizer`), made and probed once per tokenizer and again after
     tokens are added to it; None where `tokenizers` must do the encoding."""
-    size = len(backend.get_added_tokens_decoder())
     try:
-        known_size, encoder = _encoders.get(tok, (None, None))
+        next_id, encoder = _encoders[tok]
+    except KeyError:
+        next_id = None
     except TypeError:  # not weakly referenceable: probing on every call would cost more than it saves
         return None
-    if known_size != size:
+    if next_id is None or backend.id_to_token(next_id) is not None:
         encoder = CachedByteLevelBPE.for_tokenizer(backend)
-        _encoders[tok] = size, encoder
+        _encoders[tok] = max(backend.get_vocab(with_added_tokens=True).values(), default=-1) + 1, encoder
     return encoder
 
 
