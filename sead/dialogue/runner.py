@@ -9,6 +9,7 @@ failing ends it as `sim_error`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -80,11 +81,9 @@ async def ask_user(
             # asyncio.timeout, not wait_for: no extra task per call, which hundreds of dialogues in flight pay for;
             # and none at all over a simulator whose own deadline comes first.
             own = user.call_deadline
-            if own is not None and own <= cfg.user_timeout:
+            covered = own is not None and own <= cfg.user_timeout
+            async with contextlib.nullcontext() if covered else asyncio.timeout(cfg.user_timeout):
                 reply = await user.respond(profile, history, agent_response, seed=seed)
-            else:
-                async with asyncio.timeout(cfg.user_timeout):
-                    reply = await user.respond(profile, history, agent_response, seed=seed)
             turn = scenario.tags.parse_user(reply.text)
             if not turn.reply:
                 raise UnusableReply(f"no <user_reply> in simulator output {reply.text[:80]!r}")

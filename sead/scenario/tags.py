@@ -86,9 +86,9 @@ class TagSchema:
         return f"(The caller's words are inside <response>. Answer this turn with exactly these tags: {tags}.)"
 
     @cached_property
-    def _scores(self) -> tuple[tuple[str, str, int, int], ...]:
-        """(dimension, agent tag, low, high) per dimension; the user's tags are `user_` + dimension."""
-        return tuple((d.name, f"{d.name}_score", d.low, d.high) for d in self.space.dimensions)
+    def _scores(self) -> tuple[tuple[str, str, str, int, int], ...]:
+        """(dimension, agent tag, user tag, low, high) per dimension."""
+        return tuple((d.name, f"{d.name}_score", f"user_{d.name}", d.low, d.high) for d in self.space.dimensions)
 
     def parse_agent(self, text: str) -> AgentTurn:
         found = _find_tags(text, self._agent_marks)
@@ -96,7 +96,7 @@ class TagSchema:
         response = found.get("response")
         if response is None:
             problems.append("missing <response>")
-        portrait = {name: _read_int(found, tag, low, high, problems) for name, tag, low, high in self._scores}
+        portrait = {name: _read_int(found, tag, low, high, problems) for name, tag, _, low, high in self._scores}
         stage = _read_int(found, "stage", 0, self.num_stages - 1, problems)
         status = _read_status(found, "status", problems)
         return AgentTurn(text, response, portrait, stage, status, found.get("think"), problems)
@@ -107,7 +107,7 @@ class TagSchema:
         reply = found.get("user_reply")
         if reply is None:
             problems.append("missing <user_reply>")
-        state = {name: _read_int(found, f"user_{name}", low, high, problems) for name, _, low, high in self._scores}
+        state = {name: _read_int(found, tag, low, high, problems) for name, _, tag, low, high in self._scores}
         status = _read_status(found, "user_status", problems)
         return UserTurn(text, reply, state, status, found.get("user_think"), problems)
 

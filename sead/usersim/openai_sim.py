@@ -97,7 +97,6 @@ class OpenAIUserSimulator(UserSimulator):
         self.model = model
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.max_tokens, self.timeout = max_tokens, timeout
-        self.call_deadline = timeout  # respond's own asyncio.timeout covers the whole call
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         # One keep-alive client per URL, a plain HTTP/1.1 one rather than the openai SDK or aiohttp: with hundreds
         # of dialogues in flight the client's CPU per request bounds the rollout rate (see http_client).
@@ -105,6 +104,10 @@ class OpenAIUserSimulator(UserSimulator):
         headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
         self._clients = [KeepAliveClient(u, headers) for u in self.base_urls]
         self._calls = 0
+
+    @property
+    def call_deadline(self) -> float:
+        return self.timeout  # respond's own asyncio.timeout covers the whole call
 
     async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *, seed: int) -> UserReply:
         index = self._calls % len(self.base_urls)
