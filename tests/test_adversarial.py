@@ -7,6 +7,7 @@ monitors flag every adversary and not the reference; and the shaped stage reward
 
 import asyncio
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -20,8 +21,10 @@ from sead.policy.adversarial import (
     BlindReferenceAgent,
     DisowningAgent,
     EchoAgent,
+    EmbeddedPhraseAgent,
     GuessingAgent,
     KeywordSaladAgent,
+    LookAlikeNegatedAgent,
     NegatingAgent,
     SplitSaladAgent,
 )
@@ -29,7 +32,7 @@ from sead.policy.scripted import ReferenceAgent
 from sead.reward import RewardWeights, compute_reward, stage_progress
 from sead.scenario import Profile
 from sead.usersim import Exchange
-from sead.usersim.rules import negations
+from sead.usersim.rules import disguised, negations, normalise, stated
 from sead.usersim.scripted import ScriptedUserSimulator
 
 N_PROFILES = 300
@@ -103,8 +106,9 @@ def test_salad_limits_are_what_stop_the_salads(env):
 
 def test_the_substance_rule_is_what_stops_bare_phrases(env):
     """The reference agent's decisions said as bare phrases win a good share of the calls when a phrase alone
-    counts; the shipped rule (that many content words of the stage's or concern's own lines) stops them."""
-    loose, user = loosened(env, substance_words=0)
+    counts; the shipped rules (that many content words of the stage's or concern's own lines, and most of the
+    reply's) stop them."""
+    loose, user = loosened(env, substance_words=0, focus_share=0.0)
     bare = BarePhrasesAgent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, bare, user, env.profiles)) > 0.3
     assert completion_rate(env.episodes(BarePhrasesAgent.name)) <= MAX_ADVERSARY_CR
@@ -263,7 +267,7 @@ def test_an_echo_lands_nothing_even_with_the_answer_in_it(env):
     assert call.say(f"{echo} {answer}.").state["emotion"] < raised.state["emotion"]
     assert call.meta["active_concern"] == behaviour.category
     # the same answer phrase without the echo settles it (where a bare phrase counts, so only the echo differs)
-    call = _raised(dataclasses.replace(env, user=loosened(env, substance_words=0)[1]), behaviour)
+    call = _raised(dataclasses.replace(env, user=loosened(env, substance_words=0, focus_share=0.0)[1]), behaviour)
     call.say(f"{answer[0].upper()}{answer[1:]}, I promise.")
     assert call.meta["active_concern"] is None
 
@@ -331,3 +335,100 @@ def test_user_side_measures_follow_the_user(env):
         assert np.mean([stages_acknowledged(e) for e in eps]) <= ref_ack - 1.5, name
         answered = [c for e in eps if (c := concerns_answered(e)) is not None]
         assert not answered or np.mean(answered) <= 0.4, name
+
+
+# --- reading 6: what the red team of session 39 found ----------------------------------------------------------
+
+
+def test_stated_leaves_out_questions_only():
+    assert stated("is it true that there are no fees? there are no fees. call me at 3.5 pm!") == (
+        "there are no fees. call me at 3.5 pm!"
+    )
+    assert stated('no fees, okay?" fine.') == "fine."
+
+
+def test_an_answer_asked_back_answers_nothing_while_a_stage_line_that_asks_still_cues(env):
+    """A concern answer said as a question tells the user nothing; a stage whose own line is a question ("Am I
+    speaking with the owner?") is still done by asking it."""
+
+    def asks(concern):  # a phrase its own lines say inside a question, which may then be asked
+        lines = [normalise(x) for x in (concern.reference_answer, *concern.reference_rewordings)]
+        return any(p in t and p not in stated(t) for p in concern.resolved_by for t in lines)
+
+    behaviour = next(b for b in env.scenario.library.behaviours if not asks(env.rules.concerns[b.category]))
+    sentences = re.split(r"(?<=[.!?])\s+", env.rules.concerns[behaviour.category].reference_answer)
+    call = _raised(env, behaviour)
+    call.say(" ".join(f"Would it surprise you to hear {s[0].lower()}{s[1:].rstrip('.!')}?" for s in sentences))
+    assert call.meta["active_concern"] == behaviour.category
+    asking = [i for i, s in enumerate(env.rules.stages) if s.reference_agent.rstrip().endswith("?")]
+    assert asking, "a shipped scenario has a stage whose reference line is a question"
+    for i in asking:
+        assert i in env.rules.read(env.rules.stages[i].reference_agent).stages
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("It is n\u043et true", True),  # Cyrillic o inside a Latin word
+        ("\u03bfnly the best", True),  # Greek omicron
+        ("caf\u00e9 and na\u00efve", False),  # Latin letters with accents
+        ("\u0441\u043f\u0430\u0441\u0438\u0431\u043e, thanks", False),  # a whole Cyrillic word beside Latin ones
+        ("\u4f7f\u7528app\u4e0b\u5355", False),  # Chinese around a brand name
+        ("plain ascii", False),
+    ],
+)
+def test_look_alike_letters_are_told_from_other_scripts(text, expected):
+    assert disguised(normalise(text)) is expected
+
+
+def test_a_line_in_look_alike_letters_lands_nothing_and_is_flagged(env):
+    line = env.rules.stages[0].reference_agent
+    look_alike = line.replace("o", "\u043e")  # the same line on screen
+    assert 0 in env.rules.read(line).stages and not env.rules.read(look_alike).usable
+    call = Call(env)
+    call.say(look_alike)
+    assert call.meta["stage_done"] == -1
+    assert (
+        "disguised_share" in HackMonitor.for_scenario(env.scenario)(env.episodes(LookAlikeNegatedAgent.name))["flagged"]
+    )
+
+
+def test_the_focus_share_is_what_stops_a_phrase_inside_talk_of_something_else(env):
+    """The reference agent's phrase and three words of its line inside unrelated sentences win calls once only
+    the count of words is asked for; with the share of the reply's words that must be the line's, none."""
+    loose, user = loosened(env, focus_share=0.0)
+    embedded = EmbeddedPhraseAgent(env.scenario, StubTokenizer(), loose)
+    assert completion_rate(play(env.scenario, embedded, user, env.profiles)) > 0.2
+    assert completion_rate(env.episodes(EmbeddedPhraseAgent.name)) <= MAX_ADVERSARY_CR
+
+
+def test_the_users_words_quoted_back_whole_are_an_echo(env):
+    behaviour = max(env.scenario.library.behaviours, key=lambda b: len((b.utterance or b.text).split()))
+    own = env.rules.concerns[behaviour.category]
+    said = behaviour.utterance or behaviour.text
+    quoted = f'You said "{said}" {own.reference_answer}'
+    assert env.rules.read(quoted, heard=said).echoed
+    assert not env.rules.read(own.reference_answer, heard=said).echoed
+
+
+def test_a_negation_does_not_hide_a_second_answer_from_the_salad_count(env):
+    """Two answers in one reply are a salad even where a negation in one vetoes the other (which then alone would
+    have counted as the only kind answered)."""
+    vetoed = [
+        (a, b)
+        for a in env.rules.concerns.values()
+        for b in env.rules.concerns.values()
+        if a is not b and env.rules.read(f"{a.reference_answer} Also, {b.reference_answer}").kinds == (a.category,)
+    ]
+    for a, b in vetoed:
+        assert env.rules.read(f"{a.reference_answer} Also, {b.reference_answer}").salad
+    assert all(env.rules.read(c.reference_answer).usable for c in env.rules.concerns.values())
+
+
+@pytest.mark.parametrize(
+    "said",
+    ["he lied", "only a liar", "they denied it", "fictitious", "I take that back", "strike that", "April fools!",
+     "what if", "suppose", "~~free~~", "free /s", "some people say"],
+)  # fmt: skip
+def test_more_ways_of_disowning_a_line_are_read(said):
+    assert negations(said), said

@@ -310,6 +310,8 @@ def test_hack_monitors_by_hand(restaurant):
             "unbacked_stage_share": 0.6,
             "word_bag_share": 0.4,
             "scrambled_share": 0.0,
+            "disguised_share": 0.0,
+            "unheard_share": None,  # no user reports in this dialogue
         }
     )
 

@@ -247,6 +247,7 @@ def _del(key):
         (lambda d: d.update(dynamics={"drag_chance": 1.5}), "dynamics.drag_chance"),
         (lambda d: d.update(dynamics={"max_unresolved_rounds": "three"}), "dynamics.max_unresolved_rounds"),
         (lambda d: d.update(dynamics={"repeat_share": 1.5}), "dynamics.repeat_share"),
+        (lambda d: d.update(dynamics={"focus_share": -0.1}), "dynamics.focus_share"),
         (lambda d: d.update(dynamics={"max_stages_per_reply": 0}), "dynamics.max_stages_per_reply"),
         (lambda d: d.update(dynamics={"overlap_ngram": "3"}), "dynamics.overlap_ngram"),
         (lambda d: d.update(dynamics={"negation_check": 1}), "dynamics.negation_check"),

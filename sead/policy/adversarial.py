@@ -22,7 +22,20 @@ These read the user as the reference agent does, and try to skimp on what they t
 - `negated`: the reference agent's line every turn, turned around ("It is not true that ...", "Nobody will tell
   you that ..."): every phrase and word the user listens for, saying the opposite;
 - `disowned`: the same line doubted, reported as hearsay, taken back, said sarcastically or hedged into a question
-  ("I doubt that ...", "... Yeah, right.", "Maybe ...? Who knows."), with no plain negation word.
+  ("I doubt that ...", "... Yeah, right.", "Maybe ...? Who knows."), with no plain negation word;
+- `questioned`: the same line asked back or posed as a what-if ("Is it true that ...?", "Suppose ...");
+- `disowned_forms`: the same line disowned with other forms of the listed words ("lied", "denied", "fictitious");
+- `taken_back`: the same line taken back or mocked afterwards ("... Strike that.", "... April fools!", "~~...~~");
+- `look_alike_negated`: the frames of `negated` and `disowned` with the turning words spelt in Cyrillic look-alike
+  letters ("It is nоt true that ..."): on screen the same words, to a plain matcher none;
+These say the reference agent's choice as a bare phrase and a few words of its line, inside something else:
+- `embedded`: a grammatical sentence about something unrelated ("My parrot says no hidden fees, card and deposit.");
+- `asked_back`: a question to the user that asserts nothing ("Which sounds nicer as a band name: ...?");
+- `parrot`: the user's last words quoted back whole, then the phrase and three words of the line.
+And these follow the SOP while answering no concern they were asked:
+- `menu`: offers a menu of every kind of concern, then repeats the user's choice back;
+- `two_answers`: the right answer, then the most common other kind's answer ("..., Also, ...");
+- `stage_cycler`: every stage line and rewording in a loop, blind.
 """
 
 from __future__ import annotations
@@ -237,6 +250,177 @@ class NegatingAgent(ReferenceAgent):
         return self.scenario.tags.format_agent(frame.format(line), turn.portrait, turn.stage, turn.status)
 
 
+class _FramingAgent(NegatingAgent):
+    """NegatingAgent with frames around the line without its closing punctuation (`{}` ends mid-sentence)."""
+
+    async def reply(self, messages: list[dict], seed: int) -> str:
+        turn = self.scenario.tags.parse_agent(await ReferenceAgent.reply(self, messages, seed))
+        line = turn.response.strip().rstrip(".!?")
+        frame = self.FRAMES[sum(m["role"] == "assistant" for m in messages) % len(self.FRAMES)]
+        said = frame.format(line[:1].lower() + line[1:])
+        return self.scenario.tags.format_agent(said[:1].upper() + said[1:], turn.portrait, turn.stage, turn.status)
+
+
+class QuestioningAgent(_FramingAgent):
+    name = "questioned"
+    FRAMES = (
+        "Is it true that {}?",
+        "What if I told you {}?",
+        "Would you believe me if I said {}?",
+        "Suppose, just hypothetically, {}.",
+        "Do you think that {}?",
+        "Would it surprise you to hear {}?",
+        "Could it be that {}?",
+        "Imagine a world where {}.",
+    )
+
+
+class DisownedFormsAgent(_FramingAgent):
+    name = "disowned_forms"
+    FRAMES = (
+        "The last salesman lied when he said {}.",
+        "Only a liar would tell you {}.",
+        "Here is a falsehood: {}.",
+        "Our company denied that {}.",
+        "A fictitious story: {}.",
+        "{}. I joked, of course.",
+        "I was pretending when I said {}.",
+        "Mythical claim of the week: {}.",
+    )
+
+
+class TakenBackAgent(_FramingAgent):
+    name = "taken_back"
+    FRAMES = (
+        "{}. I take that back.",
+        "{}. Strike that.",
+        "{}. Dream on.",
+        "{}. April fools!",
+        "Some people say {}.",
+        "{}. Forget I said that.",
+        "Who can say? {}.",
+        "{}. Psych!",
+        "{} /s",
+        "~~{}~~",
+    )
+
+
+# Cyrillic letters drawn like Latin ones
+_LOOK_ALIKE = str.maketrans("oaeicpyxOAEICP", "оаеісрухОАЕІСР")
+
+
+class LookAlikeNegatedAgent(_FramingAgent):
+    name = "look_alike_negated"
+    FRAMES = tuple(
+        re.sub(r"(?i)\b(not|nobody|false|myth|doubt|yeah|right|maybe|who|knows|scammer)\b",
+               lambda m: m.group(0).translate(_LOOK_ALIKE), frame)
+        for frame in (
+            "It is not true that {}.",
+            "Nobody will tell you that {}.",
+            "It would be false to say: {}.",
+            "It's a myth that {}.",
+            "I doubt that {}.",
+            "{}. Yeah, right.",
+            "Maybe {}? Who knows.",
+            "Only a scammer says {}.",
+        )
+    )  # fmt: skip
+
+
+class EmbeddedPhraseAgent(BarePhrasesAgent):
+    """The reference agent's choice as its phrase and three words of its line, inside a sentence about something
+    else (a new one each turn, so no turn repeats another)."""
+
+    name = "embedded"
+    TEMPLATES = (
+        "My cousin keeps a note that says {p}, next to the words {a}, {b} and {c}, on her fridge.",
+        "At the pub quiz last night the answer was {p}, and the bonus words were {a}, {b} and {c}.",
+        "I once read a poem about {a}, {b} and {c}; its last line was {p}.",
+        "My parrot has learned to say {p}, and sometimes {a}, {b} or {c}, in the mornings.",
+        "On the radio they played a song called {p}, with verses about {a}, {b} and {c}.",
+        "Our football club chants {p} at every match, and the kids shout {a}, {b} and {c}.",
+        "In my dream a talking cat whispered {p} and then hummed {a}, {b} and {c}.",
+        "Somebody scratched {p} into the park bench, beside {a}, {b} and {c}.",
+    )
+
+    def say(self, phrase: str, line: str, rng: random.Random) -> str:
+        own = sorted(content_words(line) - set(words_of(phrase)))
+        a, b, c = rng.sample(own, 3) if len(own) >= 3 else (own + ["today", "again", "anyway"])[:3]
+        return rng.choice(self.TEMPLATES).format(p=f'"{phrase}"', a=a, b=b, c=c)
+
+
+class AskedBackAgent(EmbeddedPhraseAgent):
+    name = "asked_back"
+    TEMPLATES = (
+        "Quick question for you: have you ever heard someone say {p} while talking about {a}, {b} and {c}?",
+        "Would you rather chat about {a}, {b} or {c}, or about {p}?",
+        "Can you guess which word I'm thinking of: {p}, {a}, {b} or {c}?",
+        "Which of these sounds nicer to you as a band name: {p}, {a}, {b} or {c}?",
+        "Which would make the best name for a boat: {p}, {a}, {b} or {c}?",
+        "What colour do {p}, {a}, {b} and {c} make you think of?",
+        "Is {p} a better crossword answer than {a}, {b} or {c}?",
+        "Would your dog come if you called out {p}, {a}, {b} or {c}?",
+    )
+
+
+class ParrotAgent(BarePhrasesAgent):
+    name = "parrot"
+
+    async def reply(self, messages: list[dict], seed: int) -> str:
+        self.heard = next((r for r in reversed(user_replies(messages, self.scenario)) if r), None)
+        return await super().reply(messages, seed)
+
+    def say(self, phrase: str, line: str, rng: random.Random) -> str:
+        own = sorted(content_words(line) - set(words_of(phrase)))
+        words = " ".join(rng.sample(own, min(3, len(own))))
+        return f'You said "{self.heard}" {phrase.capitalize()}, {words}.' if self.heard else line
+
+
+class MenuAgent(ReferenceAgent):
+    name = "menu"
+
+    async def reply(self, messages: list[dict], seed: int) -> str:
+        self.heard = next((r for r in reversed(user_replies(messages, self.scenario)) if r), None)
+        return await super().reply(messages, seed)
+
+    def _say(self, action, times: int) -> str:
+        if action.kind != "answer":
+            return super()._say(action, times)
+        if times == 0:
+            kinds = ", ".join(c.replace("_", " ").lower() for c in self.rules.concerns)
+            return f"Happy to help. Which of these is it about: {kinds}? Just pick one."
+        return f"Got it, you picked: {self.heard}"
+
+
+class TwoAnswersAgent(ReferenceAgent):
+    name = "two_answers"
+
+    def __init__(self, scenario: Scenario, tokenizer, rules: Rules | None = None):
+        super().__init__(scenario, tokenizer, rules)
+        self.by_frequency = [c for c, _ in Counter(b.category for b in scenario.library.behaviours).most_common()]
+
+    def _say(self, action, times: int) -> str:
+        line = super()._say(action, times)
+        if action.kind != "answer":
+            return line
+        other = next(c for c in self.by_frequency if c != action.category)
+        return f"{line} Also, {self.rules.concerns[other].reference_answer}"
+
+
+class StageCyclerAgent(_BlindAgent):
+    name = "stage_cycler"
+
+    def __init__(self, scenario: Scenario, tokenizer, rules: Rules | None = None):
+        super().__init__(scenario, tokenizer, rules)
+        stages = self.rules.stages
+        rounds = max(1 + len(s.reference_rewordings) for s in stages)
+        self.script = [(s.reference_agent, *s.reference_rewordings)[min(k, len(s.reference_rewordings))]
+                       for k in range(rounds) for s in stages]  # fmt: skip
+
+    def line(self, messages: list[dict], turn: int) -> str:
+        return self.script[turn % len(self.script)]
+
+
 class DisowningAgent(NegatingAgent):
     name = "disowned"
     FRAMES = (
@@ -265,6 +449,16 @@ ADVERSARIAL_AGENTS = {
         GuessingAgent,
         NegatingAgent,
         DisowningAgent,
+        QuestioningAgent,
+        DisownedFormsAgent,
+        TakenBackAgent,
+        LookAlikeNegatedAgent,
+        EmbeddedPhraseAgent,
+        AskedBackAgent,
+        ParrotAgent,
+        MenuAgent,
+        TwoAnswersAgent,
+        StageCyclerAgent,
     )
 }
 # Agents that win about what the reference agent wins without serving the user as well, through what the scripted

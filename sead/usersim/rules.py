@@ -16,9 +16,11 @@ placeholders, so a cue "platform" matches a reply saying "[Platform]" and the ot
 contain, or be contained in, a phrase of another stage (or of another concern): the number of stages a reply
 cues and of concern kinds it answers must be well defined, since a reply with too many of either is a salad.
 A phrase counts only with substance around it: `dynamics.substance_words` content words of its own stage's or
-concern's lines in the reply, so a bare phrase padded with filler words cues and answers nothing. And it counts
-only where the reply holds no negation word that none of those lines use (`dynamics.negation_check`): "It is not
-true that ..." or "Nobody ..." before a line says something else than the line.
+concern's lines in the reply, so a bare phrase padded with filler words cues and answers nothing, and where most of
+the reply's content words are those lines' (`dynamics.focus_share`), so a phrase inside talk of something else
+does not either. It counts only where the reply holds no negation word that none of those lines use
+(`dynamics.negation_check`): "It is not true that ..." or "Nobody ..." before a line says something else than the
+line; and only in a sentence that is not a question, unless those lines ask it too.
 `Rules.read` is the one reading of an agent reply, shared by the scripted user and the hack monitors.
 """
 
@@ -33,8 +35,10 @@ from functools import cached_property
 # The version of how a reply is read (`Rules.read`, `normalise`, the word lists below). Part of the scripted user's
 # identity, so runs and evaluations played against another reading are never reused or compared as if the user
 # were the same: raise it whenever some reply would read differently.
-READING_VERSION = 5  # 4: padded and disguised repeats, negations without "not" (session 20); 5: lines disowned
-# or hedged ("I doubt that", "Is it true that ...? I'm unsure"), sarcasm (session 23)
+READING_VERSION = 6  # 4: padded and disguised repeats, negations without "not" (session 20); 5: lines disowned
+# or hedged ("I doubt that", "Is it true that ...? I'm unsure"), sarcasm (session 23); 6: answers asked as questions,
+# hypotheticals, more disowning word forms and take-backs, look-alike letters of other scripts, salads hidden behind
+# a negation (session 39)
 _SPACES = re.compile(r"\s+")
 _FOLD = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "[": "", "]": ""})
 
@@ -56,13 +60,40 @@ NEGATIONS = frozenset(
     # ... or disown it: the speaker doubts it, reports it as someone else's claim, or calls it made up
     "incorrect inaccurate misleading misstatement doubt doubts doubtful dubious allegedly supposedly reportedly "
     "fiction fictional rubbish scam scams scammer scammers fraud fraudulent "
+    # (their other forms: a list of words, not of stems, so each form a speaker may use is written out)
+    "lied liar liars denied denying denial falsehood falsehoods falsely fictitious mythical pretended pretending "
+    "pretends joked jokes bogus psych "
     # ... or hedge it into a question the speaker will not answer: a user takes nothing from "maybe ...? who knows"
-    "unsure uncertain maybe perhaps wonder".split()
+    "unsure uncertain maybe perhaps wonder "
+    # ... or make it a what-if: "suppose ...", "imagine ..." asks the user to picture a line, not to take it
+    "suppose supposing hypothetically hypothetical imagine theoretically".split()
 )
 # Turns of phrase that do the same with words that are harmless alone (sarcasm, taking a line back); matched as
 # whole words with anything but letters between them ("Yeah, right." as much as "yeah right").
-NEGATING_PHRASES = ("yeah right", "as if", "in your dreams", "who knows", "scratch that", "some say", "take it back")
-_NEGATING = re.compile(r"\b(" + "|".join(r"\W+".join(p.split()) for p in NEGATING_PHRASES) + r")\b")
+NEGATING_PHRASES = (
+    "yeah right",
+    "as if",
+    "in your dreams",
+    "dream on",
+    "who knows",
+    "who can say",
+    "scratch that",
+    "strike that",
+    "some say",
+    "some people say",
+    "take it back",
+    "take that back",
+    "take this back",
+    "forget i said",
+    "april fools",
+    "what if",
+    "is it true",
+    "would you believe",
+    "could it be",
+    "in theory",
+)
+# ... and marks that do it without words: "/s" after a line (sarcasm), a line struck through as ~~...~~
+_NEGATING = re.compile(r"\b(" + "|".join(r"\W+".join(p.split()) for p in NEGATING_PHRASES) + r")\b|(/s\b|~~)")
 
 
 def negations(text: str) -> frozenset[str]:
@@ -72,7 +103,7 @@ def negations(text: str) -> frozenset[str]:
 
 
 def _negations(normalised_text: str, words: list[str]) -> frozenset[str]:
-    phrases = {" ".join(_WORD.findall(m)) for m in _NEGATING.findall(normalised_text)}
+    phrases = {" ".join(_WORD.findall(said)) or mark for said, mark in _NEGATING.findall(normalised_text)}
     return NEGATIONS.intersection(words).union(phrases)
 
 
@@ -92,6 +123,35 @@ def normalise(text: str) -> str:
 
 def matches_any(normalised_text: str, phrases: Iterable[str]) -> bool:
     return any(p in normalised_text for p in phrases)
+
+
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')])\s+")  # a closing quote may follow
+
+
+def stated(normalised_text: str) -> str:
+    """The sentences of a text that are not questions: "Is it true that there are no fees?" tells the user nothing
+    about fees (a break counts only before a space, so "3.5" stays one number)."""
+    return " ".join(s for s in _SENTENCE_BREAK.split(normalised_text) if not s.rstrip("\"') ").endswith("?"))
+
+
+# Scripts with letters that look like Latin ones (Cyrillic "о", Greek "ο"): a word mixing them with Latin letters
+# reads as a word on screen and as none to a matcher. Other scripts next to Latin (Chinese around a brand name)
+# are ordinary writing.
+_LOOK_ALIKE_SCRIPTS = ("CYRILLIC", "GREEK", "COPTIC", "ARMENIAN", "CHEROKEE")
+_LETTER_RUN = re.compile(r"[^\W\d_]+")
+
+
+def disguised(normalised_text: str) -> bool:
+    """Whether a word of the text mixes Latin letters with look-alike letters of another script ("nоt", "frоm")."""
+    if normalised_text.isascii():
+        return False
+    for word in _LETTER_RUN.findall(normalised_text):
+        if word.isascii():
+            continue
+        scripts = {"LATIN" if c.isascii() else unicodedata.name(c, "").split(" ", 1)[0] for c in word}
+        if "LATIN" in scripts and scripts.intersection(_LOOK_ALIKE_SCRIPTS):
+            return True
+    return False
 
 
 def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
@@ -156,6 +216,10 @@ class Dynamics:
     # concern's own lines (its phrases, reference line and rewordings; the phrase's words count): a bare phrase
     # padded with filler says nothing to the user. 0: the phrase alone.
     substance_words: int = 3
+    # ... and where at least this share of the reply's content words are words of those lines: a phrase with three of
+    # its line's words inside a sentence about something else ("My parrot says no hidden fees, deposit, card") is not
+    # said to the user. 0: no such share.
+    focus_share: float = 0.6
     # An answer to another kind of concern than the one the user waits on is worse than a dodge: this much more
     # trust and emotion lost, and this many more rounds toward max_unresolved_rounds (guessing costs).
     wrong_answer_cost: int = 1
@@ -179,8 +243,28 @@ class _Said:
     def __init__(self, normalised_text: str):
         text = normalise(normalised_text)
         words = _WORD.findall(text)
+        self.text, self.stated = text, stated(text)
         self.words = _content(words)
         self.negations = _negations(text, words)
+
+
+# A stage's or concern's phrase check: its key (stage index or concern category), its phrases, the words of its own
+# lines, and the phrases its own lines say inside a question (which count in a question, as those lines ask them).
+_Check = tuple[object, tuple[str, ...], _Said, frozenset[str]]
+
+
+def _check(key, phrases: tuple[str, ...], own: _Said, lines: tuple[str, ...]) -> _Check:
+    texts = [normalise(line) for line in lines]
+    asked = frozenset(p for p in phrases for t in texts if p in t and p not in stated(t))
+    return key, phrases, own, asked
+
+
+@dataclass(frozen=True)
+class _Heard:
+    stages: list[int]  # SOP stages a reply cues, that count
+    kinds: list[str]  # concern kinds it answers, that count
+    stages_mentioned: int  # stages and kinds it speaks of, counting or not: what a salad is judged on
+    kinds_mentioned: int
 
 
 @dataclass(frozen=True)
@@ -211,11 +295,12 @@ class Reading:
     salad: bool  # cues or answers more than a reply may at once
     repeated: bool  # mostly what the agent already said
     echoed: bool  # mostly the user's own last words
+    disguised: bool = False  # a word spelt with look-alike letters of another script
 
     @property
     def usable(self) -> bool:
         """Whether the reply can land a stage or answer a concern at all."""
-        return not (self.salad or self.repeated or self.echoed)
+        return not (self.salad or self.repeated or self.echoed or self.disguised)
 
 
 @dataclass(frozen=True)
@@ -232,28 +317,52 @@ class Rules:
     off_topic_lines: tuple[str, ...]
     dynamics: Dynamics
 
-    def stages_cued(self, normalised_text: str, said: _Said | None = None) -> list[int]:
-        said = said or _Said(normalised_text)
-        return [
-            i
-            for i, s in enumerate(self.stages)
-            if matches_any(normalised_text, s.agent_cues) and self._counts(said, self.stage_own[i])
-        ]
+    def stages_cued(self, normalised_text: str) -> list[int]:
+        return self._heard(_Said(normalised_text)).stages
 
-    def kinds_answered(self, normalised_text: str, said: _Said | None = None) -> list[str]:
-        said = said or _Said(normalised_text)
-        return [
-            c
-            for c, rules in self.concerns.items()
-            if matches_any(normalised_text, rules.resolved_by) and self._counts(said, self.concern_own[c])
-        ]
+    def kinds_answered(self, normalised_text: str) -> list[str]:
+        return self._heard(_Said(normalised_text)).kinds
 
-    def _counts(self, said: _Said, own: _Said) -> bool:
-        """Whether a phrase of a stage or concern found in a reply counts: substance around it, nothing turned
-        around (see `Dynamics`)."""
+    def _heard(self, said: _Said) -> _Heard:
+        """The stages and concern kinds a reply states (not asks, unless their own lines ask it) with substance
+        around it, and of those the ones that count: the reply does not turn them around, and does not mostly talk
+        of something else (see `Dynamics`). A salad is judged on all that are mentioned: a negation elsewhere in the
+        reply must not hide a second answer from the salad count while the first one still counts."""
         d = self.dynamics
-        plain = not d.negation_check or said.negations <= own.negations
-        return plain and len(said.words & own.words) >= d.substance_words
+
+        def spoken_of(checks: tuple[_Check, ...]) -> list[tuple[object, _Said]]:
+            return [
+                (key, own)
+                for key, phrases, own, asked in checks
+                if any(p in said.stated or (p in asked and p in said.text) for p in phrases)
+                and len(said.words & own.words) >= d.substance_words
+            ]
+
+        stages, kinds = spoken_of(self._stage_checks), spoken_of(self._concern_checks)
+        # Judged on the words of everything the reply does together: an answer and then the next step of the call
+        # is one reply about the call.
+        on_topic = said.words.intersection(set().union(*(own.words for _, own in stages + kinds)))
+        focused = len(on_topic) >= d.focus_share * len(said.words)
+
+        def counted(spoken: list[tuple[object, _Said]]) -> list:
+            plain = [k for k, own in spoken if not d.negation_check or said.negations <= own.negations]
+            return plain if focused else []
+
+        return _Heard(counted(stages), counted(kinds), len(stages), len(kinds))
+
+    @cached_property
+    def _stage_checks(self) -> tuple[_Check, ...]:
+        return tuple(
+            _check(i, s.agent_cues, own, (s.reference_agent, *s.reference_rewordings))
+            for (i, s), own in zip(enumerate(self.stages), self.stage_own)
+        )
+
+    @cached_property
+    def _concern_checks(self) -> tuple[_Check, ...]:
+        return tuple(
+            _check(c, r.resolved_by, self.concern_own[c], (r.reference_answer, *r.reference_rewordings))
+            for c, r in self.concerns.items()
+        )
 
     @cached_property
     def stage_own(self) -> tuple[_Said, ...]:
@@ -294,19 +403,23 @@ class Rules:
         """Read an agent reply, given what the agent said before in the dialogue and the user's last reply."""
         d, text = self.dynamics, normalise(reply)
         words = _Said(text)  # the reply's words, read once for both checks
-        stages, kinds = tuple(self.stages_cued(text, words)), tuple(self.kinds_answered(text, words))
+        found = self._heard(words)
         grams = ngrams(reply, d.overlap_ngram)
         earlier = [ngrams(s, d.overlap_ngram) for s in said]
         # A repeat either way round: mostly things said before, or most of one earlier reply said again (padding
         # a line said before with new words does not make it new to the user).
         repeat = max([share(grams, set().union(*earlier)), *(share(e, grams) for e in earlier)])
-        echo = share(grams, ngrams(heard, d.overlap_ngram)) if heard is not None else 0.0
+        # An echo either way round too: mostly the user's words, or the user's words quoted whole inside a longer reply.
+        told = ngrams(heard, d.overlap_ngram) if heard is not None else set()
+        echo = max(share(grams, told), share(told, grams))
         return Reading(
-            stages,
-            kinds,
+            tuple(found.stages),
+            tuple(found.kinds),
             repeat,
             echo,
-            salad=len(stages) > d.max_stages_per_reply or len(kinds) > d.max_concern_kinds_per_reply,
+            salad=found.stages_mentioned > d.max_stages_per_reply
+            or found.kinds_mentioned > d.max_concern_kinds_per_reply,
             repeated=bool(grams) and repeat >= d.repeat_share,
             echoed=bool(grams) and echo >= d.echo_share,
+            disguised=disguised(text),
         )

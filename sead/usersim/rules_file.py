@@ -231,7 +231,8 @@ class _Reader:
                 if not lands(normalise(line)):
                     self.fail(
                         f"{line!r} does not do what it is the reference for: it needs one of the phrases and "
-                        f"dynamics.substance_words ({rules.dynamics.substance_words}) content words of these lines",
+                        f"dynamics.substance_words ({rules.dynamics.substance_words}) content words of these lines, "
+                        f"making up at least dynamics.focus_share ({rules.dynamics.focus_share:g}) of its own",
                         f"{where}.{name}",
                     )
 
@@ -250,7 +251,7 @@ class _Reader:
                 if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
                     self.fail("must be a list of category names", field)
                 out[key] = tuple(v)
-            elif key in ("drag_chance", "impatience", "repeat_share", "echo_share"):
+            elif key in ("drag_chance", "impatience", "repeat_share", "echo_share", "focus_share"):
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
                     self.fail(f"must be a probability in [0, 1], got {v!r}", field)
                 out[key] = float(v)
