@@ -106,9 +106,9 @@ def test_salad_limits_are_what_stop_the_salads(env):
 
 def test_the_substance_rule_is_what_stops_bare_phrases(env):
     """The reference agent's decisions said as bare phrases win a good share of the calls when a phrase alone
-    counts; the shipped rules (that many content words of the stage's or concern's own lines, and most of the
-    reply's) stop them."""
-    loose, user = loosened(env, substance_words=0, focus_share=0.0)
+    counts; the shipped rules (that many content words of the stage's or concern's own lines, most of the reply's,
+    and no more than one word the rules never use) stop them."""
+    loose, user = loosened(env, substance_words=0, focus_share=0.0, foreign_words=None)
     bare = BarePhrasesAgent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, bare, user, env.profiles)) > 0.3
     assert completion_rate(env.episodes(BarePhrasesAgent.name)) <= MAX_ADVERSARY_CR
@@ -118,8 +118,9 @@ def test_the_substance_rule_is_what_stops_bare_phrases(env):
 def test_the_negation_check_is_what_stops_negated_lines(env, agent):
     """The reference agent's lines turned around ("It is not true that ...") or disowned ("I doubt that ...",
     "... Yeah, right.", "Maybe ...? Who knows.") win as often as the lines themselves when phrases and words are all
-    the user reads; with the negation check they win nothing."""
-    loose, user = loosened(env, negation_check=False)
+    the user reads; with the negation check they win nothing. (Words the rules never use would stop some frames on
+    their own, so that limit is lifted too.)"""
+    loose, user = loosened(env, negation_check=False, foreign_words=None)
     negated = agent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, negated, user, env.profiles)) > 0.5
     assert completion_rate(env.episodes(agent.name)) <= MAX_ADVERSARY_CR
@@ -345,6 +346,8 @@ def test_stated_leaves_out_questions_only():
         "there are no fees. call me at 3.5 pm!"
     )
     assert stated('no fees, okay?" fine.') == "fine."
+    marks = ["?!", "?**", "?...", "\u203d", "\u2e2e", "\u2753", "?\U0001f914"]
+    assert stated(" ".join(f"no fees{m} fine." for m in marks)) == " ".join(["fine."] * len(marks))
 
 
 def test_an_answer_asked_back_answers_nothing_while_a_stage_line_that_asks_still_cues(env):
@@ -367,18 +370,31 @@ def test_an_answer_asked_back_answers_nothing_while_a_stage_line_that_asks_still
 
 
 @pytest.mark.parametrize(
-    "text, expected",
+    "text, known, expected",
     [
-        ("It is n\u043et true", True),  # Cyrillic o inside a Latin word
-        ("\u03bfnly the best", True),  # Greek omicron
-        ("caf\u00e9 and na\u00efve", False),  # Latin letters with accents
-        ("\u0441\u043f\u0430\u0441\u0438\u0431\u043e, thanks", False),  # a whole Cyrillic word beside Latin ones
-        ("\u4f7f\u7528app\u4e0b\u5355", False),  # Chinese around a brand name
-        ("plain ascii", False),
+        ("It is n\u043et true", "", True),  # a Cyrillic o inside a Latin word
+        ("It is \u039d\u039f\u03a4 true", "", True),  # NOT in Greek capitals: no word mixes scripts
+        ("l\u0131e and f\u0251lse", "", True),  # a dotless i, a Latin alpha: Latin letters with no plain form
+        ("caf\u00e9 and na\u00efve", "", False),  # accented plain letters
+        ("\u0441\u043f\u0430\u0441\u0438\u0431\u043e, thanks", "", True),  # Cyrillic in an English scenario
+        ("\u4f7f\u7528app\u4e0b\u5355", "\u4f7f\u7528\u4e0b\u5355", False),  # a Chinese scenario's own letters
+        ("plain ascii", "", False),
     ],
 )
-def test_look_alike_letters_are_told_from_other_scripts(text, expected):
-    assert disguised(normalise(text)) is expected
+def test_letters_a_scenario_never_writes_are_told_from_accented_ones(text, known, expected):
+    assert disguised(normalise(text), frozenset(known)) is expected
+
+
+@pytest.mark.parametrize(
+    "said, turning",
+    [
+        ("It isn\u02bct true", "isn't"),  # a modifier-letter apostrophe
+        ("I don`t think so", "don't"),  # a backtick
+        ("It is n\u0332o\u0332t\u0332 true", "not"),  # an underline combined onto each letter
+    ],
+)
+def test_negations_spelt_oddly_are_read(said, turning):
+    assert turning in negations(said)
 
 
 def test_a_line_in_look_alike_letters_lands_nothing_and_is_flagged(env):
@@ -393,13 +409,18 @@ def test_a_line_in_look_alike_letters_lands_nothing_and_is_flagged(env):
     )
 
 
-def test_the_focus_share_is_what_stops_a_phrase_inside_talk_of_something_else(env):
+@pytest.mark.parametrize("kept", ["focus_share", "foreign_words"])
+def test_the_focus_rules_are_what_stop_a_phrase_inside_talk_of_something_else(env, kept):
     """The reference agent's phrase and three words of its line inside unrelated sentences win calls once only
-    the count of words is asked for; with the share of the reply's words that must be the line's, none."""
-    loose, user = loosened(env, focus_share=0.0)
+    the count of words is asked for; each of the focus rules alone (most of the reply's content words are the
+    line's; at most one word the rules never use) leaves them none."""
+    everything = {"focus_share": 0.0, "foreign_words": None}
+    loose, user = loosened(env, **everything)
     embedded = EmbeddedPhraseAgent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, embedded, user, env.profiles)) > 0.2
-    assert completion_rate(env.episodes(EmbeddedPhraseAgent.name)) <= MAX_ADVERSARY_CR
+    one_rule, user = loosened(env, **{k: v for k, v in everything.items() if k != kept})
+    embedded = EmbeddedPhraseAgent(env.scenario, StubTokenizer(), one_rule)
+    assert completion_rate(play(env.scenario, embedded, user, env.profiles)) <= MAX_ADVERSARY_CR
 
 
 def test_the_users_words_quoted_back_whole_are_an_echo(env):

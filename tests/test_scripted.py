@@ -248,6 +248,7 @@ def _del(key):
         (lambda d: d.update(dynamics={"max_unresolved_rounds": "three"}), "dynamics.max_unresolved_rounds"),
         (lambda d: d.update(dynamics={"repeat_share": 1.5}), "dynamics.repeat_share"),
         (lambda d: d.update(dynamics={"focus_share": -0.1}), "dynamics.focus_share"),
+        (lambda d: d.update(dynamics={"foreign_words": -1}), "dynamics.foreign_words"),
         (lambda d: d.update(dynamics={"max_stages_per_reply": 0}), "dynamics.max_stages_per_reply"),
         (lambda d: d.update(dynamics={"overlap_ngram": "3"}), "dynamics.overlap_ngram"),
         (lambda d: d.update(dynamics={"negation_check": 1}), "dynamics.negation_check"),
@@ -303,11 +304,12 @@ def test_invalid_yaml_names_file_and_line(tmp_path, restaurant_rules):
 
 def test_dynamics_block_overrides_defaults(tmp_path, restaurant_rules):
     scenario, data = restaurant_rules
-    data = {**data, "dynamics": {"operate_threshold": scenario.space["cooperation"].high + 1}}
+    data = {**data, "dynamics": {"operate_threshold": scenario.space["cooperation"].high + 1, "foreign_words": None}}
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(data))
     rules = load_rules(path, scenario.stages, scenario.library.categories)
     assert rules.dynamics.operate_threshold == scenario.space["cooperation"].high + 1
+    assert rules.dynamics.foreign_words is None  # null lifts the limit
     assert rules.dynamics.long_reply_words == Dynamics().long_reply_words
     env = Bundle(
         scenario,

@@ -28,6 +28,13 @@ These read the user as the reference agent does, and try to skimp on what they t
 - `taken_back`: the same line taken back or mocked afterwards ("... Strike that.", "... April fools!", "~~...~~");
 - `look_alike_negated`: the frames of `negated` and `disowned` with the turning words spelt in Cyrillic look-alike
   letters ("It is nоt true that ..."): on screen the same words, to a plain matcher none;
+- `odd_spelling`: the same with other disguises: a modifier-letter apostrophe or a backtick ("isnʼt", "don`t"), a
+  dotless "ı" or a Latin alpha, an underline combined onto each letter, Greek capitals ("ΝΟΤ");
+- `odd_questions`: the line asked with marks a plain "?" check misses ("?!", "**...?**", "‽", "❓") or asked
+  without one ("Tell me whether ...");
+- `framed`: the line inside a frame of words the scripted user never hears in its call: fiction ("Once upon a
+  time, ..."), rumour ("Legend has it that ..."), a retraction of the last reply, an idiom ("Fat chance that
+  ..."), or an eye-rolling emoji;
 These say the reference agent's choice as a bare phrase and a few words of its line, inside something else:
 - `embedded`: a grammatical sentence about something unrelated ("My parrot says no hidden fees, card and deposit.");
 - `asked_back`: a question to the user that asserts nothing ("Which sounds nicer as a band name: ...?");
@@ -309,6 +316,47 @@ class TakenBackAgent(_FramingAgent):
 _LOOK_ALIKE = str.maketrans("oaeicpyxOAEICP", "оаеісрухОАЕІСР")
 
 
+class OddSpellingAgent(_FramingAgent):
+    name = "odd_spelling"
+    FRAMES = (
+        "It isn\u02bct true that {}.",
+        "I don`t think {}.",
+        "It's a l\u0131e that {}.",
+        "It's f\u0251lse that {}.",
+        "It is n\u0332o\u0332t\u0332 true that {}.",
+        "It is \u039d\u039f\u03a4 true that {}.",
+        "{}. \u039c\u03a5\u03a4\u0397.",
+    )
+
+
+class OddQuestionsAgent(_FramingAgent):
+    name = "odd_questions"
+    FRAMES = (
+        "Do you think {}?!",
+        "**Do you believe {}?**",
+        "Would you say {}\u203d",
+        "Do you think {}\u2753",
+        "Do you believe {}?...",
+        "Tell me whether {}.",
+        "I'd like to know if {}.",
+        "Guess whether {}.",
+    )
+
+
+class FramedAgent(_FramingAgent):
+    name = "framed"
+    FRAMES = (
+        "Once upon a time, {}.",
+        "In an alternate universe, {}.",
+        "Legend has it that {}.",
+        "{}, or so they say.",
+        "{}. I made that up.",
+        "Disregard my last message. {}.",
+        "Fat chance that {}.",
+        "{} \U0001f644",
+    )
+
+
 class LookAlikeNegatedAgent(_FramingAgent):
     name = "look_alike_negated"
     FRAMES = tuple(
@@ -453,6 +501,9 @@ ADVERSARIAL_AGENTS = {
         DisownedFormsAgent,
         TakenBackAgent,
         LookAlikeNegatedAgent,
+        OddSpellingAgent,
+        OddQuestionsAgent,
+        FramedAgent,
         EmbeddedPhraseAgent,
         AskedBackAgent,
         ParrotAgent,

@@ -40,7 +40,10 @@ READING_VERSION = 6  # 4: padded and disguised repeats, negations without "not" 
 # hypotheticals, more disowning word forms and take-backs, look-alike letters of other scripts, salads hidden behind
 # a negation (session 39)
 _SPACES = re.compile(r"\s+")
-_FOLD = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "[": "", "]": ""})
+# Quote marks and apostrophe look-alikes (a backtick, a modifier letter, a prime) read as the plain ones.
+_FOLD = str.maketrans(
+    {c: "'" for c in "\u2018\u2019`\u00b4\u02bc\u2032"} | {"\u201c": '"', "\u201d": '"', "[": "", "]": ""}
+)
 
 # Every key a rules file may hold, per level: a misspelt optional key would otherwise be ignored without a word.
 _WORD = re.compile(r"[a-z0-9']+")
@@ -62,11 +65,13 @@ NEGATIONS = frozenset(
     "fiction fictional rubbish scam scams scammer scammers fraud fraudulent "
     # (their other forms: a list of words, not of stems, so each form a speaker may use is written out)
     "lied liar liars denied denying denial falsehood falsehoods falsely fictitious mythical pretended pretending "
-    "pretends joked jokes bogus psych "
+    "pretends joked jokes bogus psych sike jk fib fibs fibbing rumours rumors hearsay legend fantasy fairy "
+    "baloney hogwash poppycock balderdash untruthful rarely "
     # ... or hedge it into a question the speaker will not answer: a user takes nothing from "maybe ...? who knows"
     "unsure uncertain maybe perhaps wonder "
-    # ... or make it a what-if: "suppose ...", "imagine ..." asks the user to picture a line, not to take it
-    "suppose supposing hypothetically hypothetical imagine theoretically".split()
+    # ... or make it a what-if: "suppose ...", "imagine ..." asks the user to picture a line, not to take it;
+    # or ask it without a question mark: "tell me whether ..."
+    "suppose supposing hypothetically hypothetical imagine theoretically whether".split()
 )
 # Turns of phrase that do the same with words that are harmless alone (sarcasm, taking a line back); matched as
 # whole words with anything but letters between them ("Yeah, right." as much as "yeah right").
@@ -91,9 +96,25 @@ NEGATING_PHRASES = (
     "would you believe",
     "could it be",
     "in theory",
+    "made up",
+    "so they say",
+    "once upon a time",
+    "alternate universe",
+    "parallel world",
+    "make believe",
+    "zero chance",
+    "fat chance",
+    "few would",
+    "like to know if",
+    "tell me if",
+    "let me know if",
 )
-# ... and marks that do it without words: "/s" after a line (sarcasm), a line struck through as ~~...~~
-_NEGATING = re.compile(r"\b(" + "|".join(r"\W+".join(p.split()) for p in NEGATING_PHRASES) + r")\b|(/s\b|~~)")
+# ... and marks that do it without words: "/s" after a line (sarcasm), a line struck through as ~~...~~, and the
+# emoji of eye-rolling, lying, winking, joking, a clown or crossed fingers
+_SARCASM_EMOJI = "\U0001f644\U0001f925\U0001f61c\U0001f61d\U0001f61b\U0001f92a\U0001f643"
+_SARCASM_EMOJI += "\U0001f60f\U0001f609\U0001f921\U0001f0cf\U0001f91e\U0001f602\U0001f923"
+_MARKS = rf"/s\b|~~|[{_SARCASM_EMOJI}]"
+_NEGATING = re.compile(r"\b(" + "|".join(r"\W+".join(p.split()) for p in NEGATING_PHRASES) + r")\b|(" + _MARKS + ")")
 
 
 def negations(text: str) -> frozenset[str]:
@@ -113,11 +134,12 @@ FILLERS = frozenset("um uh er erm hmm ah oh like well so yeah okay ok basically 
 
 
 def normalise(text: str) -> str:
-    """Compatibility-folded (NFKC) without invisible format characters (zero-width spaces and joiners), lowercase,
-    straight quotes, no placeholder brackets, single spaces: the form every match is made on. A word with a
-    zero-width space inside looks the same on screen and must read the same."""
+    """Compatibility-folded (NFKC) without invisible format characters (zero-width spaces and joiners) or marks
+    left over on their own (an underline combined onto each letter), lowercase, straight quotes, no placeholder
+    brackets, single spaces: the form every match is made on. A word with a zero-width space inside looks the same
+    on screen and must read the same."""
     if not text.isascii():  # ASCII has no format characters and is its own NFKC form: the common case stays cheap
-        text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf")
+        text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) not in ("Cf", "Mn"))
     return _SPACES.sub(" ", text.translate(_FOLD).lower()).strip()
 
 
@@ -125,33 +147,34 @@ def matches_any(normalised_text: str, phrases: Iterable[str]) -> bool:
     return any(p in normalised_text for p in phrases)
 
 
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')])\s+")  # a closing quote may follow
+_QUESTION_MARKS = frozenset("?\u203d\u2e2e\u2753\u2754")  # ? and the interrobang, reversed and emoji ones
+# A sentence ends at a full stop, mark or ellipsis, with whatever closes it (quotes, brackets, emphasis, an emoji),
+# before a space: "3.5" stays one number.
+_SENTENCE_BREAK = re.compile(r"(?<=[.!\u2026" + "".join(_QUESTION_MARKS) + r"])[^\w\s]*\s+")
+_CLOSING = re.compile(r"\W*$")
 
 
 def stated(normalised_text: str) -> str:
     """The sentences of a text that are not questions: "Is it true that there are no fees?" tells the user nothing
-    about fees (a break counts only before a space, so "3.5" stays one number)."""
-    return " ".join(s for s in _SENTENCE_BREAK.split(normalised_text) if not s.rstrip("\"') ").endswith("?"))
+    about fees, nor does "... fees?!", "**... fees?**" or "... fees?..." (a question mark among its closing marks)."""
+    return " ".join(
+        s for s in _SENTENCE_BREAK.split(normalised_text) if not _QUESTION_MARKS.intersection(_CLOSING.search(s)[0])
+    )
 
 
-# Scripts with letters that look like Latin ones (Cyrillic "о", Greek "ο"): a word mixing them with Latin letters
-# reads as a word on screen and as none to a matcher. Other scripts next to Latin (Chinese around a brand name)
-# are ordinary writing.
-_LOOK_ALIKE_SCRIPTS = ("CYRILLIC", "GREEK", "COPTIC", "ARMENIAN", "CHEROKEE")
-_LETTER_RUN = re.compile(r"[^\W\d_]+")
+def letters_of(normalised_text: str) -> frozenset[str]:
+    """The letters of a text that are not plain ASCII letters."""
+    return frozenset(c for c in normalised_text if not c.isascii() and c.isalpha())
 
 
-def disguised(normalised_text: str) -> bool:
-    """Whether a word of the text mixes Latin letters with look-alike letters of another script ("nоt", "frоm")."""
-    if normalised_text.isascii():
-        return False
-    for word in _LETTER_RUN.findall(normalised_text):
-        if word.isascii():
-            continue
-        scripts = {"LATIN" if c.isascii() else unicodedata.name(c, "").split(" ", 1)[0] for c in word}
-        if "LATIN" in scripts and scripts.intersection(_LOOK_ALIKE_SCRIPTS):
-            return True
-    return False
+def disguised(normalised_text: str, known: frozenset[str] = frozenset()) -> bool:
+    """Whether the text holds a letter the scenario's own lines never write (`known`: their non-ASCII letters),
+    unless it is an accented plain letter ("é"): a Cyrillic "о" inside "nоt", "ΝΟΤ" in Greek capitals, a dotless
+    "ı" or a Latin "ɑ" read as the words they look like to a person and as no word to a matcher. A scenario written
+    in another script (Chinese) knows its letters."""
+    return any(
+        c not in known and not unicodedata.normalize("NFKD", c)[0].isascii() for c in letters_of(normalised_text)
+    )
 
 
 def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
@@ -220,6 +243,10 @@ class Dynamics:
     # its line's words inside a sentence about something else ("My parrot says no hidden fees, deposit, card") is not
     # said to the user. 0: no such share.
     focus_share: float = 0.6
+    # ... and where the reply holds at most this many content words that no line of the rules file uses (what the
+    # scripted user understands): a line inside a frame of other words ("Legend has it that ...", "In my novel,
+    # ...", "Disregard my last message. ...") is not said plainly. None: no such limit.
+    foreign_words: int | None = 1
     # An answer to another kind of concern than the one the user waits on is worse than a dodge: this much more
     # trust and emotion lost, and this many more rounds toward max_unresolved_rounds (guessing costs).
     wrong_answer_cost: int = 1
@@ -343,6 +370,8 @@ class Rules:
         # is one reply about the call.
         on_topic = said.words.intersection(set().union(*(own.words for _, own in stages + kinds)))
         focused = len(on_topic) >= d.focus_share * len(said.words)
+        if d.foreign_words is not None and len(said.words - self.vocabulary) > d.foreign_words:
+            focused = False
 
         def counted(spoken: list[tuple[object, _Said]]) -> list:
             plain = [k for k, own in spoken if not d.negation_check or said.negations <= own.negations]
@@ -376,6 +405,21 @@ class Rules:
             c: _Said(" ".join((*r.resolved_by, r.reference_answer, *r.reference_rewordings)))
             for c, r in self.concerns.items()
         }
+
+    @cached_property
+    def vocabulary(self) -> frozenset[str]:
+        """The content words of every line and phrase of the rules file, the user's included: what it understands."""
+        user = (*(a for s in self.stages for a in s.user_ack), *self.canned_user_lines, *self.contradictions)
+        cues = (
+            *(p for s in self.stages for p in s.agent_cues),
+            *(p for c in self.concerns.values() for p in c.resolved_by),
+        )
+        return frozenset(content_words(" ".join((*self.reference_lines, *cues, *user))))
+
+    @cached_property
+    def letters(self) -> frozenset[str]:
+        """The non-ASCII letters the rules file's lines write (none for an English scenario)."""
+        return letters_of(normalise(" ".join((*self.reference_lines, *self.canned_user_lines))))
 
     @cached_property
     def reference_lines(self) -> tuple[str, ...]:
@@ -421,5 +465,5 @@ class Rules:
             or found.kinds_mentioned > d.max_concern_kinds_per_reply,
             repeated=bool(grams) and repeat >= d.repeat_share,
             echoed=bool(grams) and echo >= d.echo_share,
-            disguised=disguised(text),
+            disguised=disguised(text, self.letters),
         )

@@ -259,7 +259,7 @@ class _Reader:
                 if not isinstance(v, bool):
                     self.fail(f"must be true or false, got {v!r}", field)
                 out[key] = v
-            elif v is None and key.startswith("hangup_"):
+            elif v is None and (key.startswith("hangup_") or key == "foreign_words"):
                 out[key] = None
             elif isinstance(v, bool) or not isinstance(v, int) or v < (1 if key in _AT_LEAST_ONE else 0):
                 self.fail(
