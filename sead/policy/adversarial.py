@@ -252,20 +252,21 @@ class NegatingAgent(ReferenceAgent):
 
     async def reply(self, messages: list[dict], seed: int) -> str:
         turn = self.scenario.tags.parse_agent(await super().reply(messages, seed))
-        line = turn.response[:1].lower() + turn.response[1:]
         frame = self.FRAMES[sum(m["role"] == "assistant" for m in messages) % len(self.FRAMES)]
-        return self.scenario.tags.format_agent(frame.format(line), turn.portrait, turn.stage, turn.status)
+        return self.scenario.tags.format_agent(
+            self.framed(frame, turn.response), turn.portrait, turn.stage, turn.status
+        )
+
+    def framed(self, frame: str, line: str) -> str:
+        return frame.format(line[:1].lower() + line[1:])
 
 
 class _FramingAgent(NegatingAgent):
     """NegatingAgent with frames around the line without its closing punctuation (`{}` ends mid-sentence)."""
 
-    async def reply(self, messages: list[dict], seed: int) -> str:
-        turn = self.scenario.tags.parse_agent(await ReferenceAgent.reply(self, messages, seed))
-        line = turn.response.strip().rstrip(".!?")
-        frame = self.FRAMES[sum(m["role"] == "assistant" for m in messages) % len(self.FRAMES)]
-        said = frame.format(line[:1].lower() + line[1:])
-        return self.scenario.tags.format_agent(said[:1].upper() + said[1:], turn.portrait, turn.stage, turn.status)
+    def framed(self, frame: str, line: str) -> str:
+        said = super().framed(frame, line.strip().rstrip(".!?"))
+        return said[:1].upper() + said[1:]
 
 
 class QuestioningAgent(_FramingAgent):
