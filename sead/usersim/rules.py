@@ -322,7 +322,7 @@ class Reading:
     salad: bool  # cues or answers more than a reply may at once
     repeated: bool  # mostly what the agent already said
     echoed: bool  # mostly the user's own last words
-    disguised: bool = False  # a word spelt with look-alike letters of another script
+    disguised: bool = False  # holds a letter the scenario never writes (look-alikes of Latin ones)
 
     @property
     def usable(self) -> bool:
