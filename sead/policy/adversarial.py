@@ -63,6 +63,11 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _OPENERS = ("", "So, ", "Right, ", "Quick one: ", "Look, ")
 
 
+def last_user_reply(messages: list[dict], scenario: Scenario) -> str | None:
+    """The user's last non-empty reply in the dialogue so far, if any."""
+    return next((r for r in reversed(user_replies(messages, scenario)) if r), None)
+
+
 class _BlindAgent(TextAgent):
     """Says `line(messages, turn)`; the portrait is the middle of every range and the stage tag counts turns."""
 
@@ -132,8 +137,7 @@ class EchoAgent(_BlindAgent):
     name = "echo"
 
     def line(self, messages: list[dict], turn: int) -> str:
-        heard = [r for r in user_replies(messages, self.scenario) if r]
-        return heard[-1] if heard else self.rules.stages[0].reference_agent
+        return last_user_reply(messages, self.scenario) or self.rules.stages[0].reference_agent
 
 
 class PromptReciterAgent(_BlindAgent):
@@ -184,6 +188,11 @@ class BarePhrasesAgent(ReferenceAgent):
     def say(self, phrase: str, line: str, rng: random.Random) -> str:
         return f"{phrase.capitalize()}, {' '.join(rng.sample(self.FILLER, 3))}."
 
+    @staticmethod
+    def other_words(phrase: str, line: str) -> list[str]:
+        """The content words of the reference line besides the phrase's, in a fixed order."""
+        return sorted(content_words(line) - set(words_of(phrase)))
+
 
 class WordBagAgent(BarePhrasesAgent):
     """A known limit of the scripted user, kept to show it (`KNOWN_LIMITS`): the phrase and three other words of
@@ -194,7 +203,7 @@ class WordBagAgent(BarePhrasesAgent):
     name = "word_bag"
 
     def say(self, phrase: str, line: str, rng: random.Random) -> str:
-        own = sorted(content_words(line) - set(words_of(phrase)))
+        own = self.other_words(phrase, line)
         bag = [phrase, *rng.sample(own, min(3, len(own)))]
         rng.shuffle(bag)
         return " ".join(bag).capitalize() + "."
@@ -393,7 +402,7 @@ class EmbeddedPhraseAgent(BarePhrasesAgent):
     )
 
     def say(self, phrase: str, line: str, rng: random.Random) -> str:
-        own = sorted(content_words(line) - set(words_of(phrase)))
+        own = self.other_words(phrase, line)
         a, b, c = rng.sample(own, 3) if len(own) >= 3 else (own + ["today", "again", "anyway"])[:3]
         return rng.choice(self.TEMPLATES).format(p=f'"{phrase}"', a=a, b=b, c=c)
 
@@ -416,11 +425,11 @@ class ParrotAgent(BarePhrasesAgent):
     name = "parrot"
 
     async def reply(self, messages: list[dict], seed: int) -> str:
-        self.heard = next((r for r in reversed(user_replies(messages, self.scenario)) if r), None)
+        self.heard = last_user_reply(messages, self.scenario)
         return await super().reply(messages, seed)
 
     def say(self, phrase: str, line: str, rng: random.Random) -> str:
-        own = sorted(content_words(line) - set(words_of(phrase)))
+        own = self.other_words(phrase, line)
         words = " ".join(rng.sample(own, min(3, len(own))))
         return f'You said "{self.heard}" {phrase.capitalize()}, {words}.' if self.heard else line
 
@@ -429,7 +438,7 @@ class MenuAgent(ReferenceAgent):
     name = "menu"
 
     async def reply(self, messages: list[dict], seed: int) -> str:
-        self.heard = next((r for r in reversed(user_replies(messages, self.scenario)) if r), None)
+        self.heard = last_user_reply(messages, self.scenario)
         return await super().reply(messages, seed)
 
     def _say(self, action, times: int) -> str:
