@@ -256,7 +256,8 @@ class Dynamics:
     overlap_ngram: int = 3  # word n-grams compared by the repeat and echo checks
     # this share of a reply's n-grams already said by the agent, or of one earlier reply's n-grams said again: a repeat
     repeat_share: float = 0.5
-    echo_share: float = 0.5  # this share of a reply's n-grams taken from the user's last reply: an echo
+    # this share of a reply's n-grams from the user's last reply, or of that reply's n-grams quoted in it: an echo
+    echo_share: float = 0.5
 
     def is_noisy(self, category: str) -> bool:
         if self.noisy_categories:
@@ -318,7 +319,7 @@ class Reading:
     stages: tuple[int, ...]  # SOP stages it cues
     kinds: tuple[str, ...]  # concern categories it answers
     repeat_share: float  # share of its word n-grams the agent already said, or of one earlier reply's it says again
-    echo_share: float  # share of its word n-grams taken from the user's last reply
+    echo_share: float  # share of its word n-grams from the user's last reply, or of that reply's it quotes
     salad: bool  # cues or answers more than a reply may at once
     repeated: bool  # mostly what the agent already said
     echoed: bool  # mostly the user's own last words
