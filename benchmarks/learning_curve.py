@@ -51,7 +51,7 @@ DEVELOPMENT_SEED = 4242
 
 # The task as the benchmark poses it (see benchmarks/RESULTS.md): the compact SOP prompt, a turn limit the scripted
 # reference agent needs (it completes 67 % of held-out dialogues within 8 turns), room for its longest tagged turn,
-# and a turn with no <response> ends the dialogue as a failure instead of spending turns on retries.
+# and a turn without exactly one <response> ends the dialogue as a failure instead of spending turns on retries.
 TASK = [
     "scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt",
     "dialogue.max_turns=8",

@@ -46,8 +46,8 @@ def test_cache_waits_for_min_entries_never_hits_twice_in_a_row_and_persists(tmp_
 class OneLineAgent:
     name = "bad"
 
-    def __init__(self, tok):
-        self.tok = tok
+    def __init__(self, tok, text="no tags at all"):
+        self.tok, self.text = tok, text
 
     def identity(self):
         return {"name": self.name}
@@ -55,10 +55,18 @@ class OneLineAgent:
     async def generate(self, request):
         from sead.dialogue import AgentOutput
 
-        return AgentOutput(self.tok.encode("no tags at all", add_special_tokens=False) + [self.tok.eos_token_id])
+        return AgentOutput(self.tok.encode(self.text, add_special_tokens=False) + [self.tok.eos_token_id])
 
 
-def test_on_malformed_end_stops_at_the_first_bad_turn(restaurant, smollm_tokenizer):
+# What RL drifted into in session 40: the first turn's line, then another answer, the other tags dropped.
+TWO_ANSWERS = (
+    "<response>Hi, this is Alex from the [Platform] advertising team. Am I speaking with the owner?</response>\n"
+    "<response>Great! [Platform] is giving your restaurant a free 700-yuan advertising credit.</response>"
+)
+
+
+@pytest.mark.parametrize("text", ["no tags at all", TWO_ANSWERS])
+def test_on_malformed_end_stops_at_the_first_bad_turn(restaurant, smollm_tokenizer, text):
     from sead.usersim.scripted import ScriptedUserSimulator
 
     profile = Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, [])
@@ -66,7 +74,7 @@ def test_on_malformed_end_stops_at_the_first_bad_turn(restaurant, smollm_tokeniz
         run_episode(
             profile,
             scenario=restaurant,
-            agent=OneLineAgent(smollm_tokenizer),
+            agent=OneLineAgent(smollm_tokenizer, text),
             user=ScriptedUserSimulator(restaurant),
             tokenizer=smollm_tokenizer,
             cfg=RunnerConfig(on_malformed="end"),

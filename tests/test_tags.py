@@ -30,6 +30,16 @@ def test_missing_tags_are_reported_not_raised(schema):
     assert turn.status == 0 and turn.stage is None
 
 
+def test_a_turn_with_two_responses_has_none(schema):
+    portrait = {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0}
+    one = schema.format_agent("Hi, this is Alex.", portrait, 0, 0)
+    for text in (one + "\n<response>And one more thing.</response>", "<response>a</response><response>b"):
+        turn = schema.parse_agent(text)
+        assert turn.response is None and not turn.has_response
+        assert "more than one <response>" in turn.malformed
+    assert schema.parse_agent(one + "\n<stage>1</stage>").response == "Hi, this is Alex."  # only <response> counts
+
+
 def test_unclosed_tags_are_repaired(schema):
     turn = schema.parse_user("<user_think>hmm\n<user_reply>Who is this?\n<user_cooperation>2\n<user_status>0")
     assert turn.think == "hmm" and turn.reply == "Who is this?"

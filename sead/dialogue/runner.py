@@ -40,7 +40,7 @@ class RunnerConfig:
     agent_sees: str = one_of("reply", "think_and_reply")  # what of a user turn the agent is shown
     on_malformed: str = one_of("feedback", "end")  # feedback: tell the agent and go on (the original) | end it
     format_error_message: str = (
-        "[format error] Your last message had no <response>...</response> block. "
+        "[format error] Your last message did not have exactly one <response>...</response> block. "
         "Answer again in the required tag format."
     )
     user_timeout: float = number(120.0, gt=0)  # seconds per simulator call
