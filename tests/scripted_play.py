@@ -6,13 +6,14 @@ import asyncio
 
 from sead.config import build_scenario, load_config
 from sead.dialogue.episode import USER_REPORTS, Episode, Turn
-from sead.dialogue.runner import user_message_for_agent
+from sead.dialogue.runner import RunnerConfig, user_message_for_agent
 from sead.dialogue.seeds import eval_episode_seed, turn_seed
 from sead.eval.settings import EvalConfig
 from sead.eval.testset import sample_testset
 from sead.usersim import Exchange
 
 MAX_TURNS = 15
+FORMAT_ERROR = RunnerConfig().format_error_message
 SCENARIOS = ("restaurant", "telecom")
 
 
@@ -39,6 +40,10 @@ async def converse(scenario, agent, user, profile, seed, max_turns=MAX_TURNS):
     for turn in range(max_turns):
         agent_turn = tags.parse_agent(await agent.reply(messages, turn_seed(seed, turn)))
         messages.append({"role": "assistant", "content": agent_turn.text})
+        if not agent_turn.has_response:  # the runner's default (`on_malformed=feedback`): tell the agent, go on
+            turns.append(Turn(agent_turn, feedback=FORMAT_ERROR))
+            messages.append({"role": "user", "content": FORMAT_ERROR})
+            continue
         if agent_turn.status == 1:
             turns.append(Turn(agent_turn))
             end = "agent_done"
