@@ -145,13 +145,13 @@ class TrainerConfig:
                 field="trainer.rollouts_per_profile",
             )
         u = self.update
-        if self.branch.credit_turns and not self.branch.groups:
+        if self.branch.credit_turns > 0 and not self.branch.groups:
             raise SEADInputError(
                 "trainer.branch.credit_turns trains the first turns after a branched group's cut; it needs "
                 "trainer.branch.groups > 0",
                 field="trainer.branch.credit_turns",
             )
-        if self.branch.credit_turns and u.estimator != "grpo":
+        if self.branch.credit_turns > 0 and u.estimator != "grpo":
             raise SEADInputError(
                 "trainer.branch.credit_turns gives the reply at the cut its group's advantage (GRPO); the PPO "
                 "estimator assigns credit per token by itself",
