@@ -7,30 +7,23 @@ import json
 import random
 
 import pytest
-import torch
 from dialogue_fixtures import agent, user
 
 from sead.config import build_usersim, load_config
 from sead.dialogue.batch import run_batch
-from sead.dialogue.chat_tokens import TokenSegment
 from sead.dialogue.episode import USER_REPORTS, Episode, Turn
 from sead.dialogue.mask_audit import spans
 from sead.dialogue.runner import RunnerConfig, run_episode
 from sead.dialogue.seeds import train_episode_seed
-from sead.errors import SEADInputError
 from sead.eval.testset import sample_testset
-from sead.models.loading import ModelConfig, load_model
-from sead.models.precision import Precision
 from sead.policy.adversarial import EchoAgent
 from sead.policy.scripted import ReferenceAgent
 from sead.reward import RewardWeights, compute_reward
 from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile
-from sead.trainer import update as update_module
-from sead.trainer.branching import branch_jobs, branch_points, concern_turns, credited_turns, setbacks
-from sead.trainer.estimators import GRPOEstimator, Sequence
+from sead.trainer.branching import branch_jobs, branch_points, concern_turns, setbacks
 from sead.trainer.loop import rollout_jobs, train
-from sead.trainer.schema import BranchConfig, TrainerConfig, UpdateConfig
+from sead.trainer.schema import BranchConfig
 from sead.usersim.rules import normalise
 
 
@@ -309,107 +302,3 @@ def test_a_shared_user_group_meets_one_draw_of_the_user_and_samples_the_agent_ap
     shared_t, own_t = transcripts(shared), transcripts(own)
     assert all(shared_t[3 * g] == shared_t[3 * g + k] for g in range(len(profiles)) for k in (1, 2))
     assert any(own_t[3 * g] != own_t[3 * g + k] for g in range(len(profiles)) for k in (1, 2))
-
-
-def _episode(group: int, segments, branched: bool, reward: float) -> Episode:
-    segs = [
-        TokenSegment(list(ids), list(mask), [-0.5 - i * 0.01 if m else 0.0 for i, m in enumerate(mask)])
-        for ids, mask in segments
-    ]
-    meta = {"group": group, "branched_from": "s1-p0-r0" if branched else None, "reward": {"total": reward}}
-    profile = Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, ())
-    return Episode(profile, [], "user_hangup", meta=meta, segments=segs)
-
-
-def test_credit_turns_keeps_the_reply_at_the_cut_and_drops_groups_it_leaves_alike():
-    # context 1-3 (mask 0), a first reply (mask 1), a user turn, a second reply: two turns after the cut
-    differ_a = _episode(1, [([1, 2, 3, 10, 11, 4, 5, 12, 13], [0, 0, 0, 1, 1, 0, 0, 1, 1])], True, 1.0)
-    differ_b = _episode(1, [([1, 2, 3, 20, 4, 5, 22], [0, 0, 0, 1, 0, 0, 1])], True, 0.0)
-    # these two say the same first reply and part afterwards: alike once cut after one turn
-    alike_a = _episode(2, [([1, 2, 30, 31, 6, 32], [0, 0, 1, 1, 0, 1])], True, 1.0)
-    alike_b = _episode(2, [([1, 2, 30, 31, 6, 33, 34], [0, 0, 1, 1, 0, 1, 1])], True, 0.0)
-    # a continuation whose first reply ends a segment (a context overflow): its second segment credits nothing
-    split_a = _episode(3, [([1, 40, 41], [0, 1, 1]), ([1, 40, 41, 7, 42], [0, 0, 0, 0, 1])], True, 1.0)
-    split_b = _episode(3, [([1, 50, 7, 51], [0, 1, 0, 1])], True, 0.0)
-    whole_a = _episode(0, [([1, 2, 60, 8, 61], [0, 0, 1, 0, 1])], False, 1.0)
-    whole_b = _episode(0, [([1, 2, 70, 8, 71], [0, 0, 1, 0, 1])], False, 0.0)
-    eps = [whole_a, whole_b, differ_a, differ_b, alike_a, alike_b, split_a, split_b]
-    seqs, counts = GRPOEstimator(UpdateConfig(normalise_std=False, dynamic_sampling=True), None).sequences(
-        eps, [e.meta["reward"]["total"] for e in eps], [e.meta["group"] for e in eps]
-    )
-    assert counts == {"groups": 4, "groups_dropped": 0}
-    cut, alike = credited_turns(seqs, eps, 1)
-    assert alike == 1
-    by_episode = {}
-    for s in cut:
-        by_episode.setdefault(s.episode, []).append(s)
-    assert sorted(by_episode) == [0, 1, 2, 3, 6, 7]  # group 2 left out
-    assert by_episode[0][0].ids.tolist() == [1, 2, 60, 8, 61]  # whole dialogues as they were
-    assert by_episode[2][0].ids.tolist() == [1, 2, 3, 10, 11] and by_episode[2][0].mask.tolist() == [0, 0, 0, 1, 1]
-    assert by_episode[3][0].ids.tolist() == [1, 2, 3, 20]
-    assert [s.ids.tolist() for s in by_episode[6]] == [[1, 40, 41]]  # the second segment holds its second reply
-    assert by_episode[7][0].ids.tolist() == [1, 50]
-    # the sampled log-probs follow the trained tokens they belong to; advantages and rewards are kept
-    assert by_episode[2][0].rollout_logp.tolist() == pytest.approx([-0.53, -0.54])
-    assert [s.advantage for s in by_episode[2] + by_episode[3]] == pytest.approx([0.5, -0.5])
-    assert by_episode[2][0].reward == 1.0
-    # two turns credit the second reply too, which tells the alike group's members apart
-    two, alike = credited_turns(seqs, eps, 2)
-    assert alike == 0 and len(two) == len(seqs)
-    assert [s.ids.tolist() for s in two if s.episode == 6] == [[1, 40, 41], [1, 40, 41, 7, 42]]
-    assert [s.ids.tolist() for s in two if s.episode == 2] == [[1, 2, 3, 10, 11, 4, 5, 12, 13]]
-
-
-def test_a_group_alike_after_the_cut_carries_no_gradient():
-    """Why an alike group may be left out: its zero-sum advantages on the same tokens cancel in the gradient."""
-    cfg = ModelConfig(preset="tiny")
-    model, _, _ = load_model(cfg, Precision.for_training(cfg.dtype, cfg.device).master)
-    ids, mask = torch.tensor([1, 2, 3, 30, 31, 32]), torch.tensor([0, 0, 0, 1, 1, 1])
-
-    def grad_norm(replies):
-        seqs = [Sequence(torch.cat([ids[:3], torch.tensor(r)]), mask, a, episode=k) for k, (r, a) in enumerate(replies)]
-        updater = update_module.Updater(model, None, UpdateConfig(kl_coef=0, lr=1e-9), temperature=1.0)
-        return updater.step(seqs)["grad_norm"]
-
-    alike = grad_norm([([30, 31, 32], 0.5), ([30, 31, 32], -0.25), ([30, 31, 32], -0.25)])
-    differ = grad_norm([([30, 31, 32], 0.5), ([40, 41, 42], -0.25), ([30, 31, 32], -0.25)])
-    assert differ > 1e-3 and alike < 1e-5 * differ
-
-
-def test_credit_turns_needs_branched_groups_and_grpo():
-    with pytest.raises(SEADInputError, match="branch.groups"):
-        TrainerConfig(branch=BranchConfig(credit_turns=1))
-    with pytest.raises(SEADInputError, match="PPO"):
-        TrainerConfig(branch=BranchConfig(groups=2, credit_turns=1), update=UpdateConfig(estimator="ppo"))
-    assert TrainerConfig(branch=BranchConfig(groups=2, credit_turns=1)).branch.credit_turns == 1
-
-
-def test_the_loop_trains_only_the_reply_at_the_cut_with_credit_turns(tmp_path, monkeypatch):
-    trained, step = [], update_module.Updater.step
-
-    def spy(self, seqs):
-        trained.append([(s.ids.tolist(), s.mask.tolist()) for s in seqs])
-        return step(self, seqs)
-
-    monkeypatch.setattr(update_module.Updater, "step", spy)
-    cfg = ["preset=tiny", "trainer.iterations=1", "trainer.steps_per_iteration=2", "dialogue.max_turns=4"]
-    cfg += ["trainer.branch.groups=2", "trainer.branch.size=3", "trainer.branch.credit_turns=1"]
-    layout = RunLayout(train(load_config([*cfg, f"run_dir={tmp_path / 'run'}"])))
-    steps = [json.loads(line) for line in layout.metrics.read_text().splitlines() if '"reward"' in line]
-    assert len(steps) == len(trained) == 2 and all("groups_alike" in s for s in steps)
-    cut_replies = 0
-    for s, seqs in zip(steps, trained):
-        whole = [
-            seg.ids
-            for line in layout.rollouts(s["step"]).open()
-            for seg in Episode.from_dict(json.loads(line)).segments
-        ]
-        branches = [Episode.from_dict(json.loads(line)) for line in layout.branch_rollouts(s["step"]).open()]
-        for ids, mask in seqs:
-            if ids in whole:
-                continue  # a whole dialogue's segment, trained as it was played
-            source = next(b for b in branches for seg in b.segments if seg.ids[: len(ids)] == ids)
-            first_reply = next(r for t, r in spans(source.segments[0].ids, source.segments[0].mask) if t)
-            assert [r for t, r in spans(ids, mask) if t] == [first_reply] and mask[-1] == 1
-            cut_replies += 1
-    assert cut_replies  # the update saw branched groups, each cut after its first reply

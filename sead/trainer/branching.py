@@ -17,22 +17,16 @@ simulator's `active_concern` report): which answer the agent picks there decides
 What to cut (`source`): the step's own dialogues, or (`reference`) the scripted reference agent's dialogues with the
 same users and draws. A policy that loses most users early never reaches their later concerns in its own
 dialogues; the reference agent's prefixes do, and they are the kind of dialogue a warm-up imitated.
-
-What to train (`credit_turns`): by default every agent turn a continuation played takes its advantage. With
-`credit_turns=1` the reply at the cut alone does: a group then asks which reply at that state earns more, the
-turns after it are the sampled consequences it is scored by, and the update skips their tokens.
 """
 
 from __future__ import annotations
 
 import random
-from collections import Counter, defaultdict
-from dataclasses import replace
+from collections import Counter
 
 from sead.dialogue.batch import EpisodeJob
 from sead.dialogue.episode import USER_REPORTS, Episode
 from sead.dialogue.seeds import group_agent_seed
-from sead.trainer.estimators import Sequence
 from sead.trainer.schema import BranchConfig
 
 
@@ -130,51 +124,3 @@ def branch_jobs(
             for b in range(cfg.size)
         ]
     return jobs
-
-
-def is_branch(episode: Episode) -> bool:
-    return episode.meta.get("branched_from") is not None
-
-
-def _end_after_turns(mask, turns: int) -> tuple[int, int]:
-    """Where a segment ends once it holds `turns` agent turns (runs of trained tokens), and how many it holds by
-    then: (len, fewer) where the segment has fewer."""
-    seen, last = 0, 0
-    for i, m in enumerate(mask.tolist()):
-        if m and not last:
-            seen += 1
-        elif last and not m and seen == turns:
-            return i, seen
-        last = m
-    return len(mask), seen
-
-
-def credited_turns(seqs: list[Sequence], episodes: list[Episode], turns: int) -> tuple[list[Sequence], int]:
-    """The update's sequences with each branched continuation cut after its first `turns` agent turns
-    (`branch.credit_turns`); whole dialogues as they are. A group whose members' credited tokens are then all the
-    same is left out: its advantages sum to zero on the same tokens in the same context, so it carries no
-    gradient. Returns the sequences and how many groups were left out that way."""
-    left: dict[int, int] = {}  # agent turns each continuation may still credit, over its segments in order
-    kept: list[Sequence] = []
-    for s in seqs:
-        if not is_branch(episodes[s.episode]):
-            kept.append(s)
-            continue
-        room = left.get(s.episode, turns)
-        if not room:
-            continue
-        end, seen = _end_after_turns(s.mask, room)
-        left[s.episode] = room - seen
-        trained = int(s.mask[:end].sum())
-        if trained:
-            lp = s.rollout_logp
-            kept.append(
-                replace(s, ids=s.ids[:end], mask=s.mask[:end], rollout_logp=None if lp is None else lp[:trained])
-            )
-    members: dict[int, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-    for s in kept:
-        if is_branch(ep := episodes[s.episode]):
-            members[ep.meta["group"]][s.episode].append(s.ids.tolist())
-    alike = {g for g, eps in members.items() if len(eps) > 1 and len({repr(v) for v in eps.values()}) == 1}
-    out = [s for s in kept if not (is_branch(ep := episodes[s.episode]) and ep.meta["group"] in alike)]
-    return out, len(alike)

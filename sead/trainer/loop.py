@@ -36,7 +36,7 @@ from sead.run.steps import StepRecord, finish_step, write_controller_state, writ
 from sead.run.validation_table import changes, user_side, validation_table, with_ci
 from sead.scenario.profiles import Profile
 from sead.trainer import lora
-from sead.trainer.branching import branch_jobs, credited_turns
+from sead.trainer.branching import branch_jobs
 from sead.trainer.budget import TrainingBudget
 from sead.trainer.checkpoint import load_training_state, save_checkpoint
 from sead.trainer.schema import TrainerConfig
@@ -332,8 +332,6 @@ class Trainer:
         seqs, group_counts = self.updater.estimator.sequences(
             scored, [e.meta["reward"]["total"] for e in scored], [e.meta["group"] for e in scored]
         )
-        if self.tc.branch.credit_turns:
-            seqs, group_counts["groups_alike"] = credited_turns(seqs, scored, self.tc.branch.credit_turns)
         t1 = time.perf_counter()
         update = await compute.arun(self.updater.step, seqs)
         t_upd = time.perf_counter() - t1

@@ -72,9 +72,6 @@ class BranchConfig:
     # cuts one dialogue may give, each at another of its turns: with short continuations (`turns`), a step's few
     # dialogues can then feed many groups
     per_dialogue: int = number(1, ge=1)
-    # agent turns after the cut the update trains (0: every turn a continuation played). 1: the reply at the cut
-    # alone takes the continuation's advantage (a turn-level credit), and the update skips the tokens after it
-    credit_turns: int = number(0, ge=0)
 
 
 @dataclass
@@ -145,18 +142,6 @@ class TrainerConfig:
                 field="trainer.rollouts_per_profile",
             )
         u = self.update
-        if self.branch.credit_turns > 0 and not self.branch.groups:
-            raise SEADInputError(
-                "trainer.branch.credit_turns trains the first turns after a branched group's cut; it needs "
-                "trainer.branch.groups > 0",
-                field="trainer.branch.credit_turns",
-            )
-        if self.branch.credit_turns > 0 and u.estimator != "grpo":
-            raise SEADInputError(
-                "trainer.branch.credit_turns gives the reply at the cut its group's advantage (GRPO); the PPO "
-                "estimator assigns credit per token by itself",
-                field="trainer.branch.credit_turns",
-            )
         groups = self.profiles_per_step * (1 + (u.refill_rounds if u.dynamic_sampling else 0)) + self.branch.groups
         if (self.group_user == "shared" or self.branch.groups) and groups > MAX_SEEDED_GROUPS:
             # the same stride keeps one step's group seeds apart from the next step's
