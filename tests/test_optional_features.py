@@ -230,6 +230,7 @@ def test_sead_train_refuses_bad_settings_naming_the_field(tmp_path, capsys, over
         ("trainer.update.refill_rounds=1", "trainer.update.refill_rounds"),
         ("trainer.branch.groups=2", "trainer.branch.groups"),
         ("trainer.group_user=shared", "trainer.group_user"),
+        ("trainer.weight_ema=0.9", "trainer.weight_ema"),
     ],
 )
 def test_backend_verl_refuses_embedded_only_settings(tmp_path, capsys, monkeypatch, override, field):

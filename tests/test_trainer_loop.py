@@ -373,3 +373,62 @@ def test_validation_every_k_iterations_still_measures_the_last(tmp_path):
     layout = RunLayout(train(cfg))
     assert layout.validated_iterations() == [0, 2, 3]
     assert len(list(layout.controller_dir.glob("controller_update_*.json"))) == 3
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def _replies(dialogues: Path) -> list:
+    """Each validation dialogue's tokens and the log-probs the agent sampled them with (the tiny model's greedy
+    text alone hardly tells two of its weights apart)."""
+    return [
+        [(s["ids"], s["logprobs"]) for s in r["segments"]] for r in map(json.loads, dialogues.read_text().splitlines())
+    ]
+
+
+def _measure(model: Path, tmp_path: Path, name: str) -> list:
+    """Greedy validation of the saved model at `model`, in a run that only measures (as learning_curve.py does)."""
+    reused = tmp_path / f"{name}_warmup"
+    reused.mkdir()
+    (reused / "model").symlink_to(model)
+    summary = {"dialogues": 0, "imitated": 0, "reference_CR": None, "nll_first": 0, "nll_last": 0, "minutes": 0}
+    (reused / "summary.json").write_text(json.dumps(summary))
+    cfg = ["preset=tiny", "trainer.iterations=0", f"trainer.warmup.reuse={reused}", f"run_dir={tmp_path / name}"]
+    return _replies(RunLayout(train(load_config(cfg))).validation_dialogues(0))
+
+
+def test_weight_ema_validates_and_checkpoints_the_average_and_resumes_exactly(tmp_path):
+    ema = [*TINY, "trainer.iterations=1", "trainer.weight_ema=0.5"]
+    ref = RunLayout(train(load_config([*ema, f"run_dir={tmp_path / 'ref'}"])))
+    one, two = CheckpointFolder(ref.checkpoint(1).path), CheckpointFolder(ref.checkpoint(2).path)
+    p1, m1, p2, m2 = _weights(one.policy), _weights(one.model), _weights(two.policy), _weights(two.model)
+    assert all(torch.equal(p1[k], m1[k]) for k in p1)  # the first update's weights start the average
+    assert any(not torch.equal(p1[k], p2[k]) for k in p1)  # the second update moved the policy
+    for k in p1:  # then half of each: torch's EMA rule
+        torch.testing.assert_close(m2[k], p1[k] + 0.5 * (p2[k] - p1[k]), rtol=0, atol=1e-7)
+    assert latest_checkpoint(ref.path)[1]["weight_average_updates"] == 2
+    at = json.loads(ref.validation_metrics(1).read_text())["at"]
+    assert at == {**at, "step": 2, "averaged": {"ema_decay": 0.5, "updates": 2}}
+    # validation played the average, word for word as the checkpoint's model/ plays alone, not the live policy
+    measured = _replies(ref.validation_dialogues(1))
+    assert _measure(two.model, tmp_path, "average") == measured
+    assert _measure(two.policy, tmp_path, "policy") != measured
+    # killed after step 1's checkpoint: the resumed run ends with the same policy, average and state
+    cut = RunLayout(train(load_config([*ema, f"run_dir={tmp_path / 'cut'}"])))
+    shutil.rmtree(cut.checkpoint(2).path)
+    train(load_config([*ema, f"run_dir={cut.path}", "resume=true"]))
+    a, b = latest_checkpoint(ref.path), latest_checkpoint(cut.path)
+    for clock in ("train_seconds", "longest_step_s"):  # wall clock: differs between runs
+        a[1].pop(clock), b[1].pop(clock)
+    assert a[1] == b[1]
+    for folder in ("model", "policy"):
+        x, y = _weights(a[0] / folder), _weights(b[0] / folder)
+        assert all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_weight_ema_needs_full_weights_and_the_embedded_trainer():
+    with pytest.raises(SEADInputError, match="trainer.weight_ema"):
+        train(load_config([*TINY, "trainer.weight_ema=0.9", "trainer.lora.enabled=true"]))

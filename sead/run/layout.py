@@ -13,8 +13,10 @@ here and nowhere else:
   validation/base.json(l)       the same for the base model, before a warm-up (trainer.validation.before_warmup)
   controller/                   update reports (JSON + heat map); state_iter_NNN.json after each iteration
   metrics.jsonl, tensorboard/   per-step numbers, one strict-JSON line per record
-  checkpoints/step_NNNNNN/      model/ (HF, safetensors; LoRA merged), adapter/ (LoRA), optimizer.pt (with PPO's
-                                value head), rng.pt, trainer_state.json (step, controller, counters), manifest.json
+  checkpoints/step_NNNNNN/      model/ (HF, safetensors; LoRA merged; the weights' average with trainer.weight_ema),
+                                policy/ (the live policy, with trainer.weight_ema only), adapter/ (LoRA), optimizer.pt
+                                (with PPO's value head), rng.pt, trainer_state.json (step, controller, counters),
+                                manifest.json
   warmup/                       dialogues.jsonl of the reference agent, the warmed model/, summary.json (embedded)
   response_cache.jsonl          user replies kept for replay (dialogue.response_cache, embedded)
   verl/iter_NNN/                verl's own files of one iteration (verl backend)
@@ -54,7 +56,8 @@ class CheckpointFolder:
     """One checkpoint, checkpoints/step_NNNNNN/ (step_NNNNNN.partial/ while it is written)."""
 
     path: Path
-    model = Entry("model")
+    model = Entry("model")  # the run's model: what validation measured
+    policy = Entry("policy")  # the weights rollouts sample from, where they differ from model/ (trainer.weight_ema)
     adapter = Entry("adapter")
     optimizer = Entry("optimizer.pt")
     rng = Entry("rng.pt")

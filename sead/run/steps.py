@@ -117,11 +117,13 @@ def write_validation_metrics(
     iteration: int,
     step: int,
     train_minutes: float | None,
+    averaged: dict | None = None,
 ) -> dict:
     """The metrics of validation `iteration` (with a bootstrap seeded by the validation seed), and where on the
-    training curve it lies: after `step` steps and `train_minutes` of training (None where not measured)."""
+    training curve it lies: after `step` steps and `train_minutes` of training (None where not measured); `averaged`:
+    which average of the policy's weights was measured (trainer.weight_ema), where one was."""
     m = compute_metrics(episodes, space, seed=seed)
-    m["at"] = {"step": step, "train_minutes": train_minutes}
+    m["at"] = {"step": step, "train_minutes": train_minutes, **({"averaged": averaged} if averaged else {})}
     layout.validation_metrics(iteration).write_text(json.dumps(m, indent=2))
     return m
 

@@ -14,13 +14,17 @@ from sead.run.layout import CheckpointFolder
 from sead.trainer import lora
 
 
-def save_checkpoint(run_dir: Path, step: int, *, model, tokenizer, updater, state: dict) -> None:
+def save_checkpoint(run_dir: Path, step: int, *, model, tokenizer, updater, state: dict, averaged=None) -> None:
+    """`averaged`: the weights' average (trainer.weight_ema), once it exists; it becomes model/, the live policy
+    policy/."""
     tmp = new_checkpoint_dir(run_dir, step)
     if lora.is_lora(model):
         lora.save(model, tokenizer, model_dir=tmp.model, adapter_dir=tmp.adapter)
     else:
-        model.save_pretrained(tmp.model, safe_serialization=True)
-        tokenizer.save_pretrained(tmp.model)
+        saved = {tmp.model: model} if averaged is None else {tmp.model: averaged, tmp.policy: model}
+        for folder, weights in saved.items():
+            weights.save_pretrained(folder, safe_serialization=True)
+            tokenizer.save_pretrained(folder)
     critic = updater.estimator.critic
     # "value_head": the key checkpoints have always had for PPO's critic
     torch.save(

@@ -42,6 +42,7 @@ from sead.trainer.checkpoint import load_training_state, save_checkpoint
 from sead.trainer.schema import TrainerConfig
 from sead.trainer.update import Updater
 from sead.trainer.warmup import reuse_warmup, save_warmup, warmup
+from sead.trainer.weight_average import WeightAverage
 
 console = Console()
 
@@ -56,9 +57,14 @@ def build_models(model_cfg: ModelConfig, tc: TrainerConfig, resume: Path | None,
     checkpoint = CheckpointFolder(resume) if resume else None
     if tc.lora.enabled:
         return lora.wrap(ref_model, tc.lora, checkpoint.adapter if checkpoint else None), None, tokenizer, label
-    model = load_model(model_cfg.at(checkpoint.model), master)[0] if checkpoint else copy.deepcopy(ref_model)
+    model = load_model(model_cfg.at(policy_weights(checkpoint)), master)[0] if checkpoint else copy.deepcopy(ref_model)
     ref = ref_model.eval().requires_grad_(False) if tc.update.kl_coef else None
     return model, ref, tokenizer, label
+
+
+def policy_weights(checkpoint: CheckpointFolder) -> Path:
+    """The live policy's weights: policy/ where the checkpoint's model/ holds their average (trainer.weight_ema)."""
+    return checkpoint.policy if checkpoint.policy.is_dir() else checkpoint.model
 
 
 def rollout_jobs(
@@ -120,21 +126,22 @@ class Trainer:
         )
         # rollouts and validation sample from a compute-precision copy when training keeps fp32 master weights
         self.rollout_model = RolloutWeights(self.model, self.precision)
+        self.label = label
         self.policy, self.val_policy = (
-            HFPolicy(
-                self.rollout_model.model,
-                self.tokenizer,
-                sampling,
-                max_batch=self.tc.max_batch,
-                label=label,
-                turn_cache_mb=self.tc.turn_cache_mb,
-                cuda_graph=self.tc.cuda_graph,
-            )
+            self._hf_policy(self.rollout_model.model, sampling)
             for sampling in (self.tc.sampling, self.tc.validation.sampling)
         )
+        # trainer.weight_ema: validation measures the average, from its own compute-precision copy
+        self.average = WeightAverage(self.tc.weight_ema) if self.tc.weight_ema > 0 else None
+        self.average_view: tuple[RolloutWeights, HFPolicy] | None = None
         self.step, self.budget = 0, TrainingBudget(self.tc.max_minutes)
         if start.checkpoint:
             load_training_state(start.checkpoint, self.updater)
+            if self.average and (updates := start.state.get("weight_average_updates", 0)):
+                averaged = load_model(
+                    self.model_cfg.at(CheckpointFolder(start.checkpoint).model), self.precision.master
+                )
+                self.average.resume(averaged[0], updates)
             self.controller.load_state_dict(start.state["controller"])
             self.step, self.budget = start.step, TrainingBudget.resumed(self.tc.max_minutes, start.state)
             console.print(f"resuming from {start.checkpoint} (step {self.step})")
@@ -152,6 +159,34 @@ class Trainer:
             # resumed: keep lines up to the checkpoint; resume without one: start afresh
             resume_step=self.step if start.checkpoint else (-1 if cfg.resume else None),
         )
+
+    def _hf_policy(self, model, sampling) -> HFPolicy:
+        return HFPolicy(
+            model,
+            self.tokenizer,
+            sampling,
+            max_batch=self.tc.max_batch,
+            label=self.label,
+            turn_cache_mb=self.tc.turn_cache_mb,
+            cuda_graph=self.tc.cuda_graph,
+        )
+
+    def _validation_policy(self) -> HFPolicy:
+        """The policy validation plays: the live one, or the weights' average once there is one."""
+        if self.average is None or self.average.model is None:
+            return self.val_policy
+        if self.average_view is None:
+            weights = RolloutWeights(self.average.model, self.precision)
+            self.average_view = weights, self._hf_policy(weights.model, self.tc.validation.sampling)
+        weights, policy = self.average_view
+        weights.refresh()
+        return policy
+
+    def _averaged(self) -> dict | None:
+        """What validation and checkpoints hold where it is the weights' average."""
+        if self.average is None or self.average.model is None:
+            return None
+        return {"ema_decay": self.average.decay, "updates": self.average.updates}
 
     # -- phases ---------------------------------------------------------------------------------------------
     async def _play(
@@ -228,8 +263,9 @@ class Trainer:
             for trial in range(vc.trials)
         ]
         name = "base model (before warm-up)" if iteration == BASE_MODEL else iteration
+        policy = await compute.arun(self._validation_policy)
         eps = await self._play(
-            jobs, self.val_policy, self.layout.validation_dialogues(iteration), progress, f"validation {name}"
+            jobs, policy, self.layout.validation_dialogues(iteration), progress, f"validation {name}"
         )
         # Where on the training curve this point lies: after how many steps and minutes of training.
         m = write_validation_metrics(
@@ -240,6 +276,7 @@ class Trainer:
             iteration=iteration,
             step=self.step,
             train_minutes=self.budget.train_seconds / 60,
+            averaged=self._averaged(),
         )
         console.print(
             f"[bold]validation {name}[/]: "
@@ -247,6 +284,7 @@ class Trainer:
             + f" (n={m['counts']['evaluated']}), "
             f"UPA {_fmt(m['metrics']['UPA']['mean'])}, turns {_fmt(m['metrics']['ADT']['mean'])}  "
             f"[{time.perf_counter() - t0:.0f}s]"
+            + (f" (the weights' average over {a['updates']} updates)" if (a := m["at"].get("averaged")) else "")
         )
         if iteration != BASE_MODEL:  # the base model's numbers are not a point of this run's training curve
             self.logger.log(self.step, {"validation": {k: v["mean"] for k, v in m["metrics"].items()}})
@@ -334,6 +372,8 @@ class Trainer:
         )
         t1 = time.perf_counter()
         update = await compute.arun(self.updater.step, seqs)
+        if self.average and "skipped" not in update:
+            await compute.arun(self.average.update, self.model)
         t_upd = time.perf_counter() - t1
         record = finish_step(  # whole dialogues only: a branch does not start where a user starts
             eps, controller=self.controller, space=self.scenario.space, layout=self.layout, monitor=self.monitor
@@ -349,7 +389,8 @@ class Trainer:
         return record
 
     def _state(self) -> dict:
-        return {"step": self.step, "controller": self.controller.state_dict(), **self.budget.state()}
+        averaged = {"weight_average_updates": self.average.updates} if self.average else {}
+        return {"step": self.step, "controller": self.controller.state_dict(), **self.budget.state(), **averaged}
 
     async def run(self) -> Path:
         try:
@@ -395,6 +436,7 @@ class Trainer:
                         tokenizer=self.tokenizer,
                         updater=self.updater,
                         state=self._state(),
+                        averaged=self.average.model if self.average else None,
                     )
             if self.step < total:  # stopped by trainer.max_minutes
                 console.print(f"[yellow]training budget of {tc.max_minutes:g} min spent after step {self.step}")

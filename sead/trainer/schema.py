@@ -126,6 +126,10 @@ class TrainerConfig:
     # training-time budget (warm-up + RL steps, not validation); once one RL step has been timed, none is started
     # that would overrun it; None = off
     max_minutes: float | None = number(None, gt=0)
+    # Validation and checkpoints' model/ are an exponential moving average of the policy's weights over RL updates,
+    # this much of the average kept at each (sead/trainer/weight_average.py); rollouts sample from the live policy.
+    # 0 = off: the live policy throughout.
+    weight_ema: float = number(0.0, ge=0, lt=1)
     sampling: RolloutSampling = field(default_factory=RolloutSampling)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     branch: BranchConfig = field(default_factory=BranchConfig)
@@ -140,6 +144,11 @@ class TrainerConfig:
             raise SEADInputError(
                 f"trainer.group_user=shared takes at most {MAX_GROUP_MEMBERS} rollouts per profile",
                 field="trainer.rollouts_per_profile",
+            )
+        if self.weight_ema > 0 and self.lora.enabled:
+            raise SEADInputError(
+                "trainer.weight_ema averages the full weights; it does not work with trainer.lora.enabled",
+                field="trainer.weight_ema",
             )
         u = self.update
         groups = self.profiles_per_step * (1 + (u.refill_rounds if u.dynamic_sampling else 0)) + self.branch.groups

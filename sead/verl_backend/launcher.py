@@ -81,6 +81,8 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
         "trainer.branch.groups": tc.branch.groups > 0,
         # verl's agent loop seeds each rollout of a group apart (train_episode_seed)
         "trainer.group_user": tc.group_user != "own",
+        # verl's actor keeps no second copy of the weights to average into
+        "trainer.weight_ema": tc.weight_ema > 0,
     }
     for name, on in embedded_only.items():
         if on:
