@@ -121,19 +121,20 @@ def test_branches_are_cut_from_failed_dialogues_first_and_sample_apart():
     eps = [
         dialogue(5, won=True, seed=1),
         dialogue(4, won=False, seed=2),
-        dialogue(1, won=False, seed=3),  # nothing before its last turn to replay
+        dialogue(1, won=False, seed=3),  # lost at its opening: cut before it, the opening played afresh
         dialogue(6, won=False, seed=4, sim_error=True),
         dialogue(3, won=False, seed=5),
     ]
-    points = branch_points(eps, 2, random.Random(0))
-    assert sorted(e.meta["seed"] for e, _ in points) == [2, 5]  # the two usable failures, before the win
+    points = branch_points(eps, 3, random.Random(0))
+    assert sorted(e.meta["seed"] for e, _ in points) == [2, 3, 5]  # the three usable failures, before the win
+    assert {e.meta["seed"]: k for e, k in points}[3] == 0
     assert [e.meta["seed"] for e, _ in branch_points(eps, 9, random.Random(0))][-1] == 1
     jobs = branch_jobs(eps, BranchConfig(groups=3, size=4), run_seed=7, step=3, first_group=10)
     assert len(jobs) == 12 and [j.group for j in jobs] == [g for g in (10, 11, 12) for _ in range(4)]
     for j in jobs:
         src = next(e for e in eps if e.meta["episode_id"] == j.branched_from)
         assert j.seed == src.meta["seed"] and j.profile is src.profile  # the user answers as in the source
-        assert 1 <= len(j.prefix) <= src.num_turns - 1
+        assert (1 if src.num_turns > 1 else 0) <= len(j.prefix) <= src.num_turns - 1
         assert j.prefix == tuple(t.agent.text for t in src.turns[: len(j.prefix)])
     assert len({j.prefix for j in jobs if j.group == 10}) == 1
     agent_seeds = {j.agent_seed for j in jobs}

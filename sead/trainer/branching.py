@@ -68,17 +68,22 @@ def branch_points(
     had one) and never the same state twice. The cut lies after the first turn and up to the last, so at least one
     of the source's turns is replayed and at least its last one is played again: uniform there, or
     (`at="setback"` / `"concern"`) uniform over that range's marked turns, where it has any. A dialogue gives up to
-    `per_dialogue` cuts, each at another turn.
+    `per_dialogue` cuts, each at another turn. A dialogue that ended at its first turn is cut before it: its group
+    plays the opening afresh. Without that, no group would ever train the opening where groups of whole dialogues
+    are single rollouts, and an opening that drifts (a turn of several stacked `<response>` blocks, lost as
+    malformed) spreads unchecked until no group differs at all (benchmarks/RESULTS.md, session 43).
 
     Why spread: the rollouts of one profile often say the same lines (one user per group, a near-deterministic
     policy), so cutting several of them repeats one state; n groups of one state weigh it n times in the update,
     enough to teach its answer for every question."""
-    usable = [e for e in episodes if not e.sim_error and e.num_turns >= 2]
+    usable = [e for e in episodes if not e.sim_error and e.num_turns >= 1]
     failed, won = [e for e in usable if not e.success], [e for e in usable if e.success]
     rng.shuffle(failed)
     rng.shuffle(won)
 
     def candidates(e: Episode) -> list[int]:
+        if e.num_turns == 1:
+            return [0]
         marked = [k for k in MARKED_TURNS[at](e) if 1 <= k <= e.num_turns - 1] if at in MARKED_TURNS else []
         return marked or list(range(1, e.num_turns))
 
