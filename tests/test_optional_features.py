@@ -228,6 +228,7 @@ def test_sead_train_refuses_bad_settings_naming_the_field(tmp_path, capsys, over
         ("dialogue.response_cache.enabled=true", "dialogue.response_cache"),
         ("trainer.validation.every=2", "trainer.validation.every"),
         ("trainer.update.refill_rounds=1", "trainer.update.refill_rounds"),
+        ("trainer.update.loss_tokens=played", "trainer.update.loss_tokens"),
         ("trainer.branch.groups=2", "trainer.branch.groups"),
         ("trainer.group_user=shared", "trainer.group_user"),
         ("trainer.weight_ema=0.9", "trainer.weight_ema"),

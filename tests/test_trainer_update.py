@@ -92,6 +92,22 @@ def test_update_moves_the_policy_and_never_the_reference(tiny):
     assert any(not torch.equal(v, before[k]) for k, v in policy.state_dict().items())
 
 
+def test_played_tokens_shrink_a_steps_gradient_by_the_share_that_was_kept(tiny):
+    """`loss_tokens=played`: the token mean runs over every dialogue the step played, so a step whose kept groups
+    hold a third of its tokens gets a third of the gradient; `kept` (the default) ignores what was dropped."""
+    model, tok = tiny
+
+    def grad_norm(loss_tokens, played):
+        cfg = UpdateConfig(lr=1e-9, kl_coef=0.0, grad_clip=1e9, loss_tokens=loss_tokens)
+        upd = Updater(copy.deepcopy(model), None, cfg, temperature=1.0)
+        return upd.step([make_sequence(tok, 1.0), make_sequence(tok, -0.5)], played)["grad_norm"]
+
+    kept = grad_norm("kept", None)
+    assert kept > 0 and grad_norm("kept", 60) == pytest.approx(kept, rel=1e-6)
+    assert grad_norm("played", 60) == pytest.approx(kept / 3, rel=1e-5)  # 20 kept of 60 played tokens
+    assert grad_norm("played", None) == pytest.approx(kept, rel=1e-6)  # nothing said: the kept tokens'
+
+
 def test_zero_advantages_leave_the_policy_unchanged_without_kl(tiny):
     model, tok = tiny
     policy = copy.deepcopy(model)
@@ -369,10 +385,10 @@ def test_grpo_estimator_gives_every_segment_its_episodes_group_advantage_and_dro
     assert [s.episode for s in seqs] == [0, 0, 1, 2, 3, 4, 5, 6]
     assert [s.advantage for s in seqs] == pytest.approx([0.5, 0.5, -1.5, 0.5, 0.5, 0.0, 0.0, 0.0], abs=1e-5)
     assert [s.mask.tolist() for s in seqs[:3]] == [[0, 1, 1], [0, 1], [1, 1]]
-    assert counts == {"groups": 3, "groups_dropped": 0}
+    assert counts == {"groups": 3, "groups_dropped": 0, "played_tokens": 10}  # every agent token, kept or not
     # dynamic sampling: group 1 (equal rewards) and the lone rollout of group 2 carry no gradient
     seqs, counts = ESTIMATORS["grpo"](UpdateConfig(dynamic_sampling=True), None).sequences(episodes, rewards, groups)
-    assert [s.episode for s in seqs] == [0, 0, 1, 2, 3] and counts == {"groups": 3, "groups_dropped": 2}
+    assert [s.episode for s in seqs] == [0, 0, 1, 2, 3] and counts == {"groups": 3, "groups_dropped": 2, "played_tokens": 10}
 
 
 def test_ppo_estimator_keeps_every_group_and_sets_per_token_advantages_from_its_critic(tiny):
@@ -382,7 +398,7 @@ def test_ppo_estimator_keeps_every_group_and_sets_per_token_advantages_from_its_
     ppo = ESTIMATORS["ppo"](UpdateConfig(estimator="ppo", dynamic_sampling=True, lam=0.5), model)
     episodes = [episode_with([0, 1, 1]), episode_with([0, 1, 1, 1])]
     seqs, counts = ppo.sequences(episodes, [1.0, 1.0], [0, 0])  # one flat group: GRPO would drop it
-    assert counts == {"groups": 1, "groups_dropped": 0} and len(seqs) == 2
+    assert counts == {"groups": 1, "groups_dropped": 0, "played_tokens": 5} and len(seqs) == 2
     hidden = torch.zeros(3, model.config.hidden_size)  # a zero critic on zero states: every value 0
     for s in seqs:
         ppo.observe(s, hidden[: int(s.mask.sum())])

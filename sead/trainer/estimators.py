@@ -57,6 +57,11 @@ def episode_sequences(
     ]
 
 
+def agent_tokens(episodes: list[Episode]) -> int:
+    """The tokens a step's dialogues would train if every group were kept (`update.loss_tokens=played`)."""
+    return sum(sum(seg.mask) for ep in episodes for seg in ep.segments)
+
+
 def _sampled_logprobs(seg) -> torch.Tensor | None:
     """The rollout's log-prob of each agent token; None when the agent reported none (all zeros: text agents)."""
     lp = torch.tensor(seg.logprobs, dtype=torch.float32)[torch.tensor(seg.mask, dtype=torch.bool)]
@@ -74,7 +79,8 @@ class Estimator(ABC):
     def sequences(
         self, episodes: list[Episode], rewards: list[float], groups: list[int]
     ) -> tuple[list[Sequence], dict]:
-        """The batch's trained segments, and how many groups it had and how many were left out."""
+        """The batch's trained segments; how many groups it had and how many were left out; and how many agent
+        tokens all of its dialogues hold (`played_tokens`)."""
 
     def observe(self, seq: Sequence, hidden: torch.Tensor) -> None:
         """`seq` under the policy that sampled it (no gradient): the last hidden state at each position that
@@ -100,7 +106,8 @@ class GRPOEstimator(Estimator):
         if self.cfg.dynamic_sampling:
             flat = {g for g in set(groups) if len({r for r, gg in zip(rewards, groups) if gg == g}) == 1}
         seqs = episode_sequences(episodes, rewards, adv.tolist(), [g not in flat for g in groups])
-        return seqs, {"groups": len(set(groups)), "groups_dropped": len(flat)}
+        counts = {"groups": len(set(groups)), "groups_dropped": len(flat), "played_tokens": agent_tokens(episodes)}
+        return seqs, counts
 
 
 class PPOEstimator(Estimator):
@@ -118,7 +125,7 @@ class PPOEstimator(Estimator):
 
     def sequences(self, episodes, rewards, groups):
         seqs = episode_sequences(episodes, rewards, [0.0] * len(episodes), [True] * len(episodes))
-        return seqs, {"groups": len(set(groups)), "groups_dropped": 0}
+        return seqs, {"groups": len(set(groups)), "groups_dropped": 0, "played_tokens": agent_tokens(episodes)}
 
     def observe(self, seq, hidden):
         seq.old_values = self._values(hidden).detach()

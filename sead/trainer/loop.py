@@ -371,7 +371,7 @@ class Trainer:
             scored, [e.meta["reward"]["total"] for e in scored], [e.meta["group"] for e in scored]
         )
         t1 = time.perf_counter()
-        update = await compute.arun(self.updater.step, seqs)
+        update = await compute.arun(self.updater.step, seqs, group_counts["played_tokens"])
         if self.average and "skipped" not in update:
             await compute.arun(self.average.update, self.model)
         t_upd = time.perf_counter() - t1

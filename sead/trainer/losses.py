@@ -45,7 +45,7 @@ def entropy_from_logp(logp: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def token_mean(values: torch.Tensor, total_tokens: int) -> torch.Tensor:
+def token_mean(values: torch.Tensor, total_tokens: float) -> torch.Tensor:
     """Sum over this micro-batch's agent tokens divided by the token count of the whole mini-batch, so
     gradient accumulation over micro-batches equals one token-mean over the mini-batch."""
     return values.sum() / max(1, total_tokens)

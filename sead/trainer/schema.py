@@ -35,6 +35,12 @@ class UpdateConfig:
     # profiles_per_step new profiles (a lighter form of DAPO's refill, which fills the whole batch). 0: a step
     # whose groups are all flat skips its update.
     refill_rounds: int = number(0, ge=0)
+    # What the policy loss's token mean divides by. `kept`: the tokens of the groups left in the update, so with
+    # dynamic_sampling a step with two differing groups moves the weights as far as one with twenty. `played`: the
+    # agent tokens of every dialogue the step played, flat groups and groups of one included, as if they had not
+    # been dropped (their advantage is 0): the update plain GRPO would make, at dynamic sampling's cost, so a step
+    # moves the weights in proportion to how much of it carried a signal.
+    loss_tokens: str = one_of("kept", "played")
     micro_batch: int = number(2, ge=1)  # sequences per forward/backward
     ppo_epochs: int = number(1, ge=1)
     # optimiser steps per epoch: the step's dialogues split into this many parts, each its own step (verl's

@@ -293,13 +293,17 @@ class Updater:
             return self.ref, contextlib.nullcontext
         return self.model, self.model.disable_adapter
 
-    def step(self, seqs: list[Sequence]) -> dict:
+    def step(self, seqs: list[Sequence], played_tokens: int | None = None) -> dict:
+        """One update from the kept sequences `seqs`; `played_tokens`: the agent tokens of every dialogue the step
+        played, the loss's denominator under `loss_tokens=played` (None: the kept ones')."""
         if not seqs:
             return {"skipped": 1.0}
         cfg = self.cfg
         self._prepare(seqs)
         self.model.train()
         total = int(sum(int(s.mask.sum()) for s in seqs))
+        # each optimiser step's token mean is over its own part; `played` widens every part's by the same factor
+        widen = max(1.0, played_tokens / total) if cfg.loss_tokens == "played" and played_tokens else 1.0
         sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0}
         mismatch = RolloutMismatch()
         if self.estimator.critic is not None:
@@ -307,7 +311,7 @@ class Updater:
         norms, parts = [], mini_batches(seqs, cfg.mini_batches)
         for part in (p for _ in range(cfg.ppo_epochs) for p in parts):
             self.opt.zero_grad(set_to_none=True)
-            part_tokens = int(sum(int(s.mask.sum()) for s in part))  # each optimiser step: a token mean of its own
+            part_tokens = widen * int(sum(int(s.mask.sum()) for s in part))
             with self.autocast():
                 context = SharedContext.of(self.model, part)  # the SOP prompt: once per part, not per micro-batch
             for mb in self._batches(part):

@@ -77,6 +77,7 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
         # verl validates after every iteration, and refills flat groups by its own rule (filter_groups)
         "trainer.validation.every": tc.validation.every != 1,
         "trainer.update.refill_rounds": tc.update.refill_rounds > 0,
+        "trainer.update.loss_tokens": tc.update.loss_tokens != "kept",  # verl refills the batch instead
         # a second round of dialogues inside the step, from the first round's prefixes
         "trainer.branch.groups": tc.branch.groups > 0,
         # verl's agent loop seeds each rollout of a group apart (train_episode_seed)
