@@ -388,7 +388,8 @@ def test_grpo_estimator_gives_every_segment_its_episodes_group_advantage_and_dro
     assert counts == {"groups": 3, "groups_dropped": 0, "played_tokens": 10}  # every agent token, kept or not
     # dynamic sampling: group 1 (equal rewards) and the lone rollout of group 2 carry no gradient
     seqs, counts = ESTIMATORS["grpo"](UpdateConfig(dynamic_sampling=True), None).sequences(episodes, rewards, groups)
-    assert [s.episode for s in seqs] == [0, 0, 1, 2, 3] and counts == {"groups": 3, "groups_dropped": 2, "played_tokens": 10}
+    assert [s.episode for s in seqs] == [0, 0, 1, 2, 3]
+    assert counts == {"groups": 3, "groups_dropped": 2, "played_tokens": 10}
 
 
 def test_ppo_estimator_keeps_every_group_and_sets_per_token_advantages_from_its_critic(tiny):
