@@ -38,8 +38,9 @@ class UpdateConfig:
     # What the policy loss's token mean divides by. `kept`: the tokens of the groups left in the update, so with
     # dynamic_sampling a step with two differing groups moves the weights as far as one with twenty. `played`: the
     # agent tokens of every dialogue the step played, flat groups and groups of one included, as if they had not
-    # been dropped (their advantage is 0): the update plain GRPO would make, at dynamic sampling's cost, so a step
-    # moves the weights in proportion to how much of it carried a signal.
+    # been dropped (their advantage is 0): plain GRPO's policy gradient without computing theirs, so a step moves
+    # the weights in proportion to how much of it carried a signal. KL and entropy terms share the denominator;
+    # the dropped dialogues' own share of those is not computed.
     loss_tokens: str = one_of("kept", "played")
     micro_batch: int = number(2, ge=1)  # sequences per forward/backward
     ppo_epochs: int = number(1, ge=1)
