@@ -57,9 +57,11 @@ def episode_sequences(
     ]
 
 
-def agent_tokens(episodes: list[Episode]) -> int:
-    """The tokens a step's dialogues would train if every group were kept (`update.loss_tokens=played`)."""
-    return sum(sum(seg.mask) for ep in episodes for seg in ep.segments)
+def batch_counts(episodes: list[Episode], groups: list[int], dropped: int) -> dict:
+    """What `Estimator.sequences` reports beside the sequences: the step's groups, how many were left out, and the
+    agent tokens every dialogue holds, kept or not (`update.loss_tokens=played`)."""
+    played = sum(sum(seg.mask) for ep in episodes for seg in ep.segments)
+    return {"groups": len(set(groups)), "groups_dropped": dropped, "played_tokens": played}
 
 
 def _sampled_logprobs(seg) -> torch.Tensor | None:
@@ -106,8 +108,7 @@ class GRPOEstimator(Estimator):
         if self.cfg.dynamic_sampling:
             flat = {g for g in set(groups) if len({r for r, gg in zip(rewards, groups) if gg == g}) == 1}
         seqs = episode_sequences(episodes, rewards, adv.tolist(), [g not in flat for g in groups])
-        counts = {"groups": len(set(groups)), "groups_dropped": len(flat), "played_tokens": agent_tokens(episodes)}
-        return seqs, counts
+        return seqs, batch_counts(episodes, groups, len(flat))
 
 
 class PPOEstimator(Estimator):
@@ -125,7 +126,7 @@ class PPOEstimator(Estimator):
 
     def sequences(self, episodes, rewards, groups):
         seqs = episode_sequences(episodes, rewards, [0.0] * len(episodes), [True] * len(episodes))
-        return seqs, {"groups": len(set(groups)), "groups_dropped": 0, "played_tokens": agent_tokens(episodes)}
+        return seqs, batch_counts(episodes, groups, 0)
 
     def observe(self, seq, hidden):
         seq.old_values = self._values(hidden).detach()
