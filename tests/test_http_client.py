@@ -10,11 +10,12 @@ import datetime
 import ipaddress
 import json
 import ssl
+import time
 
 import pytest
 
 from sead.testing.fake_openai_server import FakeOpenAIServer
-from sead.usersim.http_client import BadResponse, BadURL, KeepAliveClient
+from sead.usersim.http_client import DEADLINE_CHECK_S, BadResponse, BadURL, KeepAliveClient
 
 OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
 HANG = b""  # an answer that never comes: the server waits until the client gives up
@@ -129,6 +130,22 @@ async def test_a_timed_out_request_never_hands_its_late_answer_to_the_next():
                 await post(client)
         assert client._idle == []  # the cancelled call's connection was closed, not pooled
         assert await post(client) == (200, b"{}")
+        await client.aclose()
+    assert server.connections == 2
+
+
+@pytest.mark.asyncio
+async def test_the_clients_own_deadline_fails_a_hung_request_and_stops_looking_once_none_is_out():
+    async with ScriptedServer([HANG, OK_HEAD + b"Content-Length: 2\r\n\r\n{}"]) as server:
+        client = KeepAliveClient(server.url, {})
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await client.post_json("/chat/completions", b"{}", timeout=0.2)
+        assert 0.2 <= time.monotonic() - start < 0.2 + 10 * DEADLINE_CHECK_S
+        assert client._idle == []  # the late answer's connection is closed, not pooled
+        assert await client.post_json("/chat/completions", b"{}", timeout=5.0) == (200, b"{}")
+        await asyncio.sleep(2 * DEADLINE_CHECK_S)
+        assert client._deadlines == {} and client._deadline_check is None  # no timer left running
         await client.aclose()
     assert server.connections == 2
 

@@ -15,6 +15,7 @@ import pytest
 from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
 from sead.testing import FakeOpenAIServer, scripted_user_turn
+from sead.usersim import openai_sim
 from sead.usersim.base import Exchange, SimulatorError
 from sead.usersim.openai_sim import OpenAIUserSimulator, build_user_messages
 
@@ -77,6 +78,35 @@ async def test_the_request_carries_exactly_the_built_messages_for_each_profile(r
     # The system message's JSON is encoded once per prompt: each profile must still get its own.
     sent = [body["messages"] for body in server.requests]
     assert sent == [build_user_messages(restaurant, who, past, said) for who, past, said in calls]
+
+
+@pytest.mark.asyncio
+async def test_rounds_encoded_once_per_dialogue_still_send_exactly_the_built_messages(restaurant, profile, monkeypatch):
+    monkeypatch.setattr(openai_sim, "ROUNDS_KEPT", 2)  # evictions happen too
+    history, other = [], [Exchange("Hello, caf\u00e9 owner?", FIRST_USER_TURN)]
+    with FakeOpenAIServer() as server:
+        sim = make_sim(restaurant, server)
+        sent = []
+
+        async def call(past, said):
+            expected = build_user_messages(restaurant, profile, past, said)
+            await sim.respond(profile, past, said, seed=1)
+            sent.append((server.requests[-1]["messages"], expected))
+
+        for turn in range(4):  # one dialogue's list growing between its turns, another dialogue in between
+            await call(history, f'turn {turn} "quoted"')
+            await call(other, "other dialogue")
+            history.append(Exchange(f" said {turn} ", f"<user_reply>heard {turn}</user_reply>"))
+        await call(history[:2] + [Exchange("a different third", "answer")], "branch")  # a new list, same start
+        await call(history, "five")
+        history[1] = Exchange("rewritten in place", "changed")  # the same list, an earlier round replaced
+        await call(history, "six")
+        await call(history + [Exchange("unanswered", None)], "seven")
+        await call([], "fresh")
+        await sim.aclose()
+    assert len(sent) == 13 and all(got == expected for got, expected in sent)
+    assert [len(got) for got, _ in sent[:8:2]] == [2, 4, 6, 8]
+    assert sent[10][0][3]["content"] == "<response>rewritten in place</response>"
 
 
 def test_unanswered_agent_turns_merge_so_roles_alternate(restaurant, profile):

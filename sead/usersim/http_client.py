@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 64 * 1024  # a status line and headers longer than this are not an HTTP server's answer
+# How often a client looks for requests past their deadline, so a deadline is kept to within this many seconds. One
+# timer per client instead of an asyncio.timeout per request: with hundreds of dialogues in flight, arming and
+# cancelling a timer on every call was a twentieth of a runner's CPU (benchmarks/RESULTS.md, session 46).
+DEADLINE_CHECK_S = 0.05
 
 
 class BadResponse(ConnectionError):
@@ -66,19 +70,29 @@ class KeepAliveClient:
         self._ssl: ssl.SSLContext | None = None  # made on the first https connection (a client pickles until used)
         self._idle: list[_Connection] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._deadlines: dict[_Connection, float] = {}  # connection busy with a request -> its deadline (loop time)
+        self._deadline_check: asyncio.TimerHandle | None = None
 
-    async def post_json(self, path: str, body: bytes) -> tuple[int, bytes]:
-        """Status and raw body. Raises OSError (ConnectionError, BadResponse, BadURL) when no full answer arrives;
-        a cancelled call (the caller's timeout) closes its connection, so a late answer is never misread."""
+    async def post_json(self, path: str, body: bytes, timeout: float | None = None) -> tuple[int, bytes]:
+        """Status and raw body. Raises OSError (ConnectionError, BadResponse, BadURL) when no full answer arrives,
+        and TimeoutError when none arrives within `timeout` seconds (connecting, sending and the answer; kept to
+        within DEADLINE_CHECK_S). A call that fails, times out or is cancelled closes its connection, so a late
+        answer is never misread."""
         if self._bad_url is not None:
             raise self._bad_url
         head = self._heads.get(path) or self._head(path)
-        conn = await self._connection()
+        loop = self._enter_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        conn = self._idle_connection() or await self._connect(loop, deadline)
         try:
+            if deadline is not None:
+                self._watch(loop, conn, deadline)
             status, raw, reusable = await conn.exchange(b"%s%d\r\n\r\n%s" % (head, len(body), body))
         except BaseException:
             conn.close()
             raise
+        finally:
+            self._deadlines.pop(conn, None)
         if reusable:
             self._idle.append(conn)
         else:
@@ -92,22 +106,43 @@ class KeepAliveClient:
         self._heads[path] = "\r\n".join(lines).encode("latin-1")
         return self._heads[path]
 
-    async def _connection(self) -> _Connection:
+    def _enter_loop(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # connections of an earlier event loop cannot serve this one
+        if loop is not self._loop:  # connections and the timer of an earlier event loop cannot serve this one
             self._drop_idle()
+            self._deadlines, self._deadline_check = {}, None
             self._loop = loop
+        return loop
+
+    def _idle_connection(self) -> _Connection | None:
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:  # the server may have closed it while idle
                 return conn
+        return None
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> _Connection:
         host = self.endpoint.host
         if self.endpoint.tls and self._ssl is None:
             self._ssl = ssl.create_default_context()
-        _, conn = await loop.create_connection(
-            _Connection, host, self.endpoint.port, ssl=self._ssl, server_hostname=host if self._ssl else None
-        )
+        async with asyncio.timeout_at(deadline):  # rare (the pool keeps connections), so a timer of its own
+            _, conn = await loop.create_connection(
+                _Connection, host, self.endpoint.port, ssl=self._ssl, server_hostname=host if self._ssl else None
+            )
         return conn
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, conn: _Connection, deadline: float) -> None:
+        self._deadlines[conn] = deadline
+        if self._deadline_check is None:
+            self._deadline_check = loop.call_later(DEADLINE_CHECK_S, self._expire, loop)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Fail every request past its deadline; look again while any request is out."""
+        now = loop.time()
+        late = [conn for conn, deadline in self._deadlines.items() if deadline <= now]
+        for conn in late:
+            conn.fail(TimeoutError(f"no answer from {self.endpoint.host_header} in time"))
+        self._deadline_check = loop.call_later(DEADLINE_CHECK_S, self._expire, loop) if self._deadlines else None
 
     def _drop_idle(self) -> None:
         for conn in self._idle:
@@ -153,7 +188,7 @@ class _Connection(asyncio.Protocol):
         try:
             answer = self._reader.feed(self._buffer)
         except BadResponse as e:
-            self._fail(e)
+            self.fail(e)
             return
         if answer is not None:
             self._waiter.set_result(answer)
@@ -168,9 +203,10 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         reason = f": {exc}" if exc else ""
-        self._fail(BadResponse(f"the server closed the connection before answering{reason}"))
+        self.fail(BadResponse(f"the server closed the connection before answering{reason}"))
 
-    def _fail(self, error: Exception) -> None:
+    def fail(self, error: Exception) -> None:
+        """End the request in flight with `error` and close the connection."""
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(error)
         self.close()

@@ -22,6 +22,7 @@ from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator
 from sead.usersim.http_client import KeepAliveClient
 
 HEALTH_TIMEOUT_S = 5.0
+ROUNDS_KEPT = 2048  # dialogues whose encoded rounds a simulator keeps: more than are in flight in one process
 START_HINT = "start one with scripts/serve_user_sim.sh or set usersim.base_urls"
 
 
@@ -36,14 +37,22 @@ def build_user_messages(
     for past in history:
         pending.append(_wrap(past.agent_response))
         if past.user_text is not None:
-            messages.append({"role": "user", "content": "\n".join(pending)})
-            messages.append({"role": "assistant", "content": past.user_text})
+            messages += _answered(pending, past.user_text)
             pending = []
     pending.append(_wrap(agent_response))
+    messages.append(_newest(pending, scenario))
+    return messages
+
+
+def _answered(agent_turns: list[str], user_text: str) -> list[dict]:
+    """The messages of one answered round: what the agent said since the user last spoke, then the user's answer."""
+    return [{"role": "user", "content": "\n".join(agent_turns)}, {"role": "assistant", "content": user_text}]
+
+
+def _newest(agent_turns: list[str], scenario: Scenario) -> dict:
     # Only the newest message carries the reminder: earlier messages stay byte-identical between turns,
     # which keeps vLLM's prefix cache useful.
-    messages.append({"role": "user", "content": "\n".join(pending) + "\n\n" + scenario.tags.user_reminder})
-    return messages
+    return {"role": "user", "content": "\n".join(agent_turns) + "\n\n" + scenario.tags.user_reminder}
 
 
 def _wrap(agent_text: str) -> str:
@@ -104,20 +113,20 @@ class OpenAIUserSimulator(UserSimulator):
         headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
         self._clients = [KeepAliveClient(u, headers) for u in self.base_urls]
         self._calls = 0
+        self._rounds: dict[int, tuple[list[Exchange], bytes]] = {}  # id(history) -> its rounds, encoded
 
     @property
     def call_deadline(self) -> float:
-        return self.timeout  # respond's own asyncio.timeout covers the whole call
+        return self.timeout  # the client's deadline covers the whole call
 
     async def respond(self, profile: Profile, history: list[Exchange], agent_response: str, *, seed: int) -> UserReply:
         index = self._calls % len(self.base_urls)
         self._calls += 1
         url = self.base_urls[index]
-        messages = build_user_messages(self.scenario, profile, history, agent_response)
+        body = self._request_json(profile, history, agent_response, seed)
         try:
             # The deadline covers the whole call: a server trickling bytes must not hold the episode.
-            async with asyncio.timeout(self.timeout):
-                data = await self._post(index, self._request_json(messages, seed, len(history)))
+            data = await self._post(index, body)
         except TimeoutError as e:
             raise SimulatorError(f"user simulator at {url} failed: no answer within {self.timeout:g} s") from e
         except OSError as e:  # refused, reset, unresolvable, TLS, or an answer that is not HTTP
@@ -144,7 +153,7 @@ class OpenAIUserSimulator(UserSimulator):
         )
 
     async def _post(self, index: int, body: bytes) -> dict:
-        status, raw = await self._clients[index].post_json("/chat/completions", body)
+        status, raw = await self._clients[index].post_json("/chat/completions", body, self.timeout)
         if status >= 400:
             raise _HTTPError(status, raw)
         try:
@@ -152,21 +161,47 @@ class OpenAIUserSimulator(UserSimulator):
         except ValueError:  # orjson.JSONDecodeError is one
             raise _HTTPError(status, raw, "the answer is not JSON") from None
 
-    def _request_json(self, messages: list[dict], seed: int, turn: int) -> bytes:
-        """The chat request body. Its system message, the role-play prompt, is most of its bytes and the same on
-        every turn of a dialogue, so its JSON is encoded once per prompt and spliced in."""
+    def _request_json(self, profile: Profile, history: list[Exchange], agent_response: str, seed: int) -> bytes:
+        """The chat request body: `build_user_messages`, encoded. Its system message, the role-play prompt, is
+        most of its bytes and the same on every turn of a dialogue, so its JSON is encoded once per prompt and
+        spliced in; the answered rounds of a dialogue are encoded once, in `_rounds_json`."""
         settings = {
             "model": self.model,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
-            "seed": turn_seed(seed, turn),
+            "seed": turn_seed(seed, len(history)),
         }
         if self.top_k is not None:
             settings["top_k"] = self.top_k
-        system, rest = messages[0], messages[1:]
-        later = b"," + _json(rest)[1:-1] if rest else b""
-        return b'{"messages":[%s%s],%s' % (_message_json(system["role"], system["content"]), later, _json(settings)[1:])
+        rounds = self._rounds_json(history)
+        if rounds is None:  # a round the user did not answer: merged with the next, so the whole list is built
+            messages = build_user_messages(self.scenario, profile, history, agent_response)[1:]
+        else:
+            messages = [_newest([_wrap(agent_response)], self.scenario)]
+        system = _message_json("system", self.scenario.user_system_prompt(profile))
+        return b'{"messages":[%s%s,%s],%s' % (system, rounds or b"", _json(messages)[1:-1], _json(settings)[1:])
+
+    def _rounds_json(self, history: list[Exchange]) -> bytes | None:
+        """The JSON of the messages `history`'s rounds make (each with a leading comma), or None when one round
+        has no user answer. A dialogue's history list only grows between its turns, so what was encoded for it is
+        kept under the list's identity and reused while the list still begins with the same rounds (checked:
+        lists die and their identities are reused); this keeps each turn's encoding to its new round instead of
+        every round so far."""
+        key = id(history)
+        seen, encoded = self._rounds.pop(key, ([], b""))
+        if history[: len(seen)] != seen:
+            seen, encoded = [], b""
+        new = history[len(seen) :]
+        if any(past.user_text is None for past in new):
+            return None
+        if new:
+            encoded += b"".join(b"," + _json(_answered([_wrap(p.agent_response)], p.user_text))[1:-1] for p in new)
+            seen = list(history)
+        self._rounds[key] = (seen, encoded)
+        if len(self._rounds) > ROUNDS_KEPT:
+            del self._rounds[next(iter(self._rounds))]  # the dialogue that spoke least recently
+        return encoded
 
     def identity(self) -> dict:
         return {
