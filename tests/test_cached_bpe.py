@@ -3,6 +3,7 @@
 import json
 import random
 
+import pytest
 from tokenizers import Tokenizer, normalizers
 
 from sead.dialogue import cached_bpe
@@ -72,6 +73,15 @@ def fuzz_texts(added: list[str], n: int, seed: int = 0) -> list[str]:
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(n)]
 
 
+def ascii_fuzz_texts(added: list[str], n: int, seed: int = 0) -> list[str]:
+    """Texts of ASCII only: every character, the ASCII pieces and the added tokens."""
+    rng = random.Random(seed)
+    alphabet = [chr(c) for c in range(128)] + [p for p in PIECES if p.isascii()] + added
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(n)]
+    assert all(t.isascii() for t in texts)
+    return texts
+
+
 def assert_same_ids(backend, encoder, texts):
     wrong = [t for t in texts if encoder.encode(t) != backend.encode(t, add_special_tokens=False).ids]
     assert not wrong, f"{len(wrong)} texts encoded differently, e.g. {wrong[:3]!r}"
@@ -91,6 +101,7 @@ def test_smollm2_ids_equal_tokenizers_on_every_character_and_fuzzed_texts(smollm
     chars = [chr(c) for c in range(0x2FFFF) if not 0xD800 <= c < 0xE000]
     texts = [f"a{c} b{c}{c}x\n{c} 1{c}" for c in chars]
     texts += fuzz_texts(["<|im_start|>", "<|im_end|>", "<|endoftext|>"], 5000)
+    texts += ascii_fuzz_texts(["<|im_start|>", "<|im_end|>", "<|endoftext|>"], 5000)  # split by the ASCII pattern
     profile = Profile.make({"cooperation": 1, "emotion": 2, "trust": 0}, [])
     texts += [restaurant.agent_system_prompt(), restaurant.user_system_prompt(profile)]
     assert_same_ids(backend, encoder, texts)
@@ -133,10 +144,13 @@ def test_tokenizers_of_other_shapes_are_left_to_tokenizers(smollm_tokenizer):
     assert CachedByteLevelBPE.for_tokenizer(stripping) is None
 
 
-def test_the_probe_refuses_a_word_split_that_differs(smollm_tokenizer, monkeypatch):
-    """Without the probe, a regex that splits contractions otherwise would give wrong ids silently."""
+@pytest.mark.parametrize("pattern", ["GPT2_WORDS", "GPT2_WORDS_ASCII"])
+def test_the_probe_refuses_a_word_split_that_differs(smollm_tokenizer, monkeypatch, pattern):
+    """Without the probe, a regex that splits contractions otherwise would give wrong ids silently; for ASCII text
+    or for any other."""
     backend = smollm_tokenizer.backend_tokenizer
-    monkeypatch.setattr(cached_bpe, "GPT2_WORDS", cached_bpe.GPT2_WORDS.replace("'s|'t|", ""))
+    assert CachedByteLevelBPE.for_tokenizer(backend) is not None
+    monkeypatch.setattr(cached_bpe, pattern, getattr(cached_bpe, pattern).replace("'s|'t|", ""))
     assert CachedByteLevelBPE.for_tokenizer(backend) is None
 
 

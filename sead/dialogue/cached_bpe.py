@@ -18,20 +18,28 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import weakref
 
 import regex
 
 GPT2_WORDS = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# The same split for ASCII text, where letters, digits and white space are these few characters, in stdlib `re`,
+# which runs it 2.4x as fast as `regex` runs the Unicode one: with the words cached, the split is most of an encode
+# (benchmarks/RESULTS.md, session 46).
+_WS = "\t\n\x0b\x0c\r "  # Unicode White_Space within ASCII (not the separators \x1c-\x1f that str.isspace takes)
+GPT2_WORDS_ASCII = rf"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^{_WS}A-Za-z0-9]+|[{_WS}]+(?![^{_WS}])|[{_WS}]+"
 WORDS_KEPT = 100_000  # cached words per tokenizer (a few MB); the cache starts over past this
 # Texts the probe encodes both ways: contractions, digits, runs of spaces and newlines before words, tabs, unicode
-# letters, marks, emoji, whitespace beyond ASCII, and added tokens next to text.
+# letters, marks, emoji, whitespace beyond ASCII, and added tokens next to text; ASCII and other texts, as they are
+# split by different patterns.
 PROBE_TEXTS = (
     "<|im_start|>user\n<user_reply>Okay, I did that. What now?</user_reply><|im_end|>\n<|im_start|>assistant\n",
     "I'll say it's 12,345.67 -- they've   got    2  spaces\n\n\n  and\ttabs\t\t here ",
     "Ünïcödé naïve café 中文字符 日本語 한국어 Ελληνικά русский العربية עברית हिन्दी",
     "emoji 👍🏽 🇫🇷 e\u0301 \u00a0nbsp \u2003em \u3000ideo \u200bzw \u2028ls \x0bvt \x1cfs \x85nel end",
     "'S 'LL 'Re DON'T can't 's't'",
+    "é 'S 'LL 'Re DON'T can't 's't'",  # the same, not ASCII: split by the Unicode pattern
     "<|im_end|><|im_start|>  <|endoftext|>x<|im_start|>\n<|im_end|>",
     "  leading and trailing  \n",
     "1234567890 ½ Ⅻ ٣ 🄀 x²",
@@ -44,6 +52,7 @@ class CachedByteLevelBPE:
     def __init__(self, backend, words: str, added: dict[str, int]):
         self._bpe = backend.model
         self._words = regex.compile(words)
+        self._ascii_words = re.compile(GPT2_WORDS_ASCII) if words == GPT2_WORDS else None
         # Added tokens split the text first, longest first where one is a prefix of another (as tokenizers does).
         by_length = sorted(added, key=len, reverse=True)
         self._added = added
@@ -88,7 +97,8 @@ class CachedByteLevelBPE:
     def _encode_words(self, text: str) -> list[int]:
         ids: list[int] = []
         cache = self._cache
-        for word in self._words.findall(text):
+        words = self._ascii_words if self._ascii_words is not None and text.isascii() else self._words
+        for word in words.findall(text):
             known = cache.get(word)
             if known is None:
                 if len(cache) >= WORDS_KEPT:
