@@ -15,7 +15,7 @@ shares this machine's cores, which a real simulator (on its own GPUs) would not.
 workers (`verl.agent_workers`) share a step's trajectories; the CPU and the bound are then summed over them.
 
     .venv/bin/python benchmarks/rollout_concurrency.py [--dialogues 256] [--latency 0.05] [--turns 15]
-        [--processes 1 [2 ...]] [--server lean [threaded]] [--rounds 1] [--out runs.json]
+        [--processes 1 [2 ...]] [--server lean [threaded]] [--batches 1] [--rounds 1] [--out runs.json]
 """
 
 from __future__ import annotations
@@ -94,10 +94,12 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def play_share(dialogues: range, url: str, args, start, progress) -> None:
+def play_share(dialogues: range, url: str, args, start, together, progress) -> None:
     """One runner process: its share of the dialogues, with its own event loop, agent and simulator client, as
-    each of verl's agent-loop workers runs its share. Sets up, says "ready" and waits for `start`, plays, and
-    puts one None per finished dialogue and then its figures on `progress`."""
+    each of verl's agent-loop workers runs its share; `args.batches` times, each batch new dialogues, as a training
+    run's steps are played by the same long-lived process. Sets up, says "ready" and waits for `start`, plays each
+    batch once every runner is ready for it (`together`), and puts one None per finished dialogue and then its
+    figures, one dict per batch, on `progress`."""
     scenario = build_scenario(load_config([]))
     tok = load_tokenizer()
     plain_text(tok, plain_ids(tok, scenario.agent_system_prompt()))  # the once-per-process probes, off the clock
@@ -105,53 +107,58 @@ def play_share(dialogues: range, url: str, args, start, progress) -> None:
     user = build_usersim(
         load_config(["usersim=openai", f"usersim.base_urls=[{url}]", "usersim.model=fake-user-sim"]), scenario
     )
-    jobs = [
-        EpisodeJob(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), seed=i, episode_id=str(i))
-        for i in dialogues
-    ]
-    cfg = RunnerConfig(max_turns=args.turns, concurrency=len(jobs), user_timeout=30.0)
+    cfg = RunnerConfig(max_turns=args.turns, concurrency=len(dialogues), user_timeout=30.0)
 
-    async def go():
-        try:
-            return await run_batch(
-                jobs,
-                scenario=scenario,
-                agent=agent,
-                user=user,
-                tokenizer=tok,
-                cfg=cfg,
-                on_done=lambda ep: progress.put(None),
-            )
-        finally:
-            await user.aclose()
-
-    progress.put("ready")
-    start.wait()
-    t0, cpu0 = time.monotonic(), time.process_time()  # CLOCK_MONOTONIC: one clock for every process
-    episodes = asyncio.run(go())
-    t1, cpu = time.monotonic(), time.process_time() - cpu0
-    progress.put(
-        {
+    async def play_batch(batch: int) -> dict:
+        jobs = [
+            EpisodeJob(Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, []), seed=seed, episode_id=str(seed))
+            for seed in (batch * args.dialogues + i for i in dialogues)
+        ]
+        t0, cpu0 = time.monotonic(), time.process_time()  # CLOCK_MONOTONIC: one clock for every process
+        episodes = await run_batch(
+            jobs,
+            scenario=scenario,
+            agent=agent,
+            user=user,
+            tokenizer=tok,
+            cfg=cfg,
+            on_done=lambda ep: progress.put(None),
+        )
+        return {
             "start": t0,
-            "end": t1,
-            "cpu_s": cpu,
+            "end": time.monotonic(),
+            "cpu_s": time.process_time() - cpu0,
             "turns": [len(e.turns) for e in episodes],
             "user_calls": [sum(t.user is not None for t in e.turns) for e in episodes],
             "runner_s": sum(e.meta["timing"]["runner_s"] for e in episodes),
             "turn_s": sum(e.meta["timing"]["total_s"] for e in episodes),
             "end_reasons": sorted({e.end_reason for e in episodes}),
         }
-    )
+
+    async def go():
+        try:
+            played = []
+            for batch in range(args.batches):
+                if batch:
+                    await asyncio.to_thread(together.wait)
+                played.append(await play_batch(batch))
+            return played
+        finally:
+            await user.aclose()
+
+    progress.put("ready")
+    start.wait()
+    progress.put(asyncio.run(go()))
 
 
-def play(args, url: str, processes: int) -> list[dict]:
-    """Every runner process's figures; the dialogues dealt out in contiguous shares. All start together once
+def play(args, url: str, processes: int) -> list[list[dict]]:
+    """Every runner process's figures, per batch; the dialogues dealt out in contiguous shares. All start together once
     every runner is set up; one that dies stops the benchmark with an error instead of a wait."""
     ctx = multiprocessing.get_context("fork")  # the shares start from this process's imports, not anew
-    start, progress = ctx.Event(), ctx.Queue()
+    start, together, progress = ctx.Event(), ctx.Barrier(processes), ctx.Queue()
     bounds = [round(k * args.dialogues / processes) for k in range(processes + 1)]
     runners = [
-        ctx.Process(target=play_share, args=(range(a, b), url, args, start, progress), daemon=True)
+        ctx.Process(target=play_share, args=(range(a, b), url, args, start, together, progress), daemon=True)
         for a, b in zip(bounds, bounds[1:])
     ]
 
@@ -172,7 +179,7 @@ def play(args, url: str, processes: int) -> list[dict]:
         start.set()
         figures = []
         with Progress() as bar:
-            task = bar.add_task("dialogues", total=args.dialogues)
+            task = bar.add_task("dialogues", total=args.dialogues * args.batches)
             while len(figures) < len(runners):
                 message = next_message()
                 if message is None:
@@ -189,46 +196,67 @@ def play(args, url: str, processes: int) -> list[dict]:
 
 
 def measure(args, server: str, processes: int) -> dict:
-    """One run: every dialogue, `processes` runner processes, against a fresh fake simulator of kind `server`."""
+    """One run: every batch of dialogues, `processes` runner processes, against a fresh fake simulator of kind
+    `server`. With several batches, the figures are those of the batches after the first (the processes' caches
+    and connections already made, as in a training run's later steps); the first batch's are kept beside them."""
     # The user finishes one turn before the limit, so every dialogue has turns-1 user calls.
     with simulator_server(args.latency, args.turns - 1, server == "threaded") as (url, server_pid):
         load_before = round(os.getloadavg()[0], 2)
         server_cpu0 = process_cpu_s(server_pid)
         figures = play(args, url, processes)
         server_cpu = process_cpu_s(server_pid) - server_cpu0
-    turns = [t for f in figures for t in f["turns"]]
-    user_calls = [u for f in figures for u in f["user_calls"]]
-    wall = max(f["end"] for f in figures) - min(f["start"] for f in figures)
-    client_cpu = sum(f["cpu_s"] for f in figures)
-    ideal = max(t * args.latency + u * args.latency for t, u in zip(turns, user_calls))
-    runner_s = sum(f["runner_s"] for f in figures)
-    turn_time = sum(f["turn_s"] for f in figures) / sum(turns)
+    batches = [[runner[k] for runner in figures] for k in range(args.batches)]
+    user_calls = sum(u for batch in batches for f in batch for u in f["user_calls"])
     return {
         "load_avg_1min_before": load_before,
-        "dialogues": len(turns),
+        "dialogues": args.dialogues,
         "runner_processes": processes,
         "server": server,
+        "batches": args.batches,
+        "figures_of": "the batches after the first" if args.batches > 1 else "the one batch",
+        **batch_figures(batches[1:] or batches, args.latency, processes),
+        "first_batch": batch_figures(batches[:1], args.latency, processes),
+        # The fake server's CPU over every batch; it shares the machine's cores (a real simulator runs on its GPUs).
+        "server_cpu_ms_per_user_call": round(1000 * server_cpu / max(1, user_calls), 3),
+    }
+
+
+def batch_figures(batches: list[list[dict]], latency: float, processes: int) -> dict:
+    """Wall time against ideal, and where the runners' CPU went, over these batches (each a list of the runner
+    processes' figures for it)."""
+    turns = [t for batch in batches for f in batch for t in f["turns"]]
+    wall = sum(max(f["end"] for f in batch) - min(f["start"] for f in batch) for batch in batches)
+    # Ideal: per batch, the longest dialogue's sum of agent and user latencies.
+    ideal = sum(max((t + u) * latency for f in batch for t, u in zip(f["turns"], f["user_calls"])) for batch in batches)
+    runner_s = sum(f["runner_s"] for batch in batches for f in batch)
+    turn_time = sum(f["turn_s"] for batch in batches for f in batch) / sum(turns)
+    return {
         "turns_total": sum(turns),
         "wall_s": round(wall, 3),
         "ideal_s": round(ideal, 3),
         "wall_over_ideal": round(wall / ideal, 3),
         "runner_ms_per_turn": round(1000 * runner_s / sum(turns), 3),
         "runner_overhead_pct_of_turn": round(100 * runner_s / sum(turns) / turn_time, 2),
-        "end_reasons": sorted({r for f in figures for r in f["end_reasons"]}),
-        # Where the CPU went: the runner processes (runner, fake agent, HTTP client) and the fake server, which
-        # shares the machine's cores (a real simulator runs on its own GPUs).
-        "client_cpu_ms_per_turn": round(1000 * client_cpu / sum(turns), 3),
+        "end_reasons": sorted({r for batch in batches for f in batch for r in f["end_reasons"]}),
+        # The runner processes' CPU (runner, fake agent, HTTP client).
+        "client_cpu_ms_per_turn": round(1000 * sum(f["cpu_s"] for batch in batches for f in batch) / sum(turns), 3),
         # A perfectly concurrent run leaves each runner process this much of its own core per turn.
         "cpu_budget_ms_per_turn_per_process": round(1000 * ideal * processes / sum(turns), 3),
-        "server_cpu_ms_per_user_call": round(1000 * server_cpu / max(1, sum(user_calls)), 3),
     }
 
 
 def summary(run: dict) -> str:
+    first = run["first_batch"]
+    warm = (
+        f" (batches after the first; the first: wall/ideal {first['wall_over_ideal']:.3f}, runners' CPU "
+        f"{first['client_cpu_ms_per_turn']:.3f} ms per turn)"
+        if run["batches"] > 1
+        else ""
+    )
     return (
-        f"{run['server']} server, {run['runner_processes']} runner process(es): wall/ideal "
+        f"{run['server']} server, {run['runner_processes']} runner process(es){warm}: wall/ideal "
         f"{run['wall_over_ideal']:.3f} (target <= 1.2; 1-min load {run['load_avg_1min_before']} before); runners' "
-        f"CPU {run['client_cpu_ms_per_turn']:.2f} ms per turn (each has {run['cpu_budget_ms_per_turn_per_process']:.2f}"
+        f"CPU {run['client_cpu_ms_per_turn']:.3f} ms per turn (each has {run['cpu_budget_ms_per_turn_per_process']:.2f}"
         f" of its core per turn in a perfectly concurrent run), their own work {run['runner_ms_per_turn']:.2f} ms "
         f"({run['runner_overhead_pct_of_turn']:.2f} % of a turn, target < 5 %); the fake simulator's CPU "
         f"{run['server_cpu_ms_per_user_call']:.2f} ms per call on these cores (a real one runs on its own)"
@@ -255,9 +283,18 @@ def main(argv: list[str] | None = None) -> dict:
         help="the fake simulator: one event loop (lean) or FakeOpenAIServer's thread per connection, which costs "
         "these cores about 0.3 ms a call; several are measured side by side",
     )
+    ap.add_argument(
+        "--batches",
+        type=int,
+        default=1,
+        help="batches of --dialogues each runner process plays in turn, as a training run's steps; with more than "
+        "one, the figures are the later batches' (warm) and the first batch's beside them",
+    )
     ap.add_argument("--rounds", type=int, default=1, help="each setting this many times, interleaved")
     ap.add_argument("--out", type=Path, help="write every run's figures here as JSON")
     args = ap.parse_args(argv)
+    if args.batches < 1:
+        ap.error(f"--batches must be at least 1, got {args.batches}")
     if not all(1 <= p <= args.dialogues for p in args.processes):
         ap.error(f"--processes must be between 1 and --dialogues ({args.dialogues}), got {args.processes}")
 

@@ -131,6 +131,17 @@ def test_several_runner_processes_play_every_dialogue_to_its_end_against_either_
     assert "threaded server, 2 runner process(es): wall/ideal" in capsys.readouterr().out
 
 
+def test_batches_after_the_first_are_measured_apart_from_it(capsys):
+    module = load_benchmark("rollout_concurrency")
+    argv = ["--dialogues", "4", "--latency", "0.01", "--turns", "4", "--processes", "2", "--batches", "3"]
+    (run,) = module.main(argv)["runs"]
+    assert run["batches"] == 3 and run["figures_of"] == "the batches after the first"
+    assert run["turns_total"] == 2 * 4 * 3 and run["first_batch"]["turns_total"] == 4 * 3  # two warm batches, one first
+    assert run["ideal_s"] == pytest.approx(2 * run["first_batch"]["ideal_s"])
+    assert run["wall_s"] >= run["ideal_s"] and run["end_reasons"] == ["user_success"]
+    assert "(batches after the first; the first: wall/ideal" in capsys.readouterr().out
+
+
 def test_a_runner_process_that_dies_stops_the_benchmark_with_an_error(monkeypatch):
     module = load_benchmark("rollout_concurrency")
     monkeypatch.setattr(module, "load_tokenizer", lambda: (_ for _ in ()).throw(OSError("no tokenizer here")))
