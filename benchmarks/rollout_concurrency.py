@@ -34,6 +34,7 @@ from pathlib import Path
 
 from rich.progress import Progress
 
+import sead
 from sead.config import build_scenario, build_usersim, load_config
 from sead.dialogue import AgentOutput, AgentPolicy, EpisodeJob, RunnerConfig, run_batch
 from sead.dialogue.chat_tokens import plain_ids, plain_text
@@ -299,7 +300,10 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error(f"--processes must be between 1 and --dialogues ({args.dialogues}), got {args.processes}")
 
     cpu = cpu_info()
+    # Which tree's runner is measured: run from another checkout without PYTHONPATH=., this imports the installed one.
+    code = str(Path(sead.__file__).resolve().parent.parent)
     print(f"{cpu_line(cpu)}; {args.dialogues} dialogues x {args.latency * 1000:.0f} ms for the agent and the user")
+    print(f"runner code: sead from {code}")
     runs = []
     for _ in range(args.rounds):
         for server in args.server:
@@ -307,7 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
                 run = measure(args, server, processes)
                 runs.append(run)
                 print(summary(run))
-    result = {"cpu": cpu, "latency_s": args.latency, "turns": args.turns, "runs": runs}
+    result = {"cpu": cpu, "sead_from": code, "latency_s": args.latency, "turns": args.turns, "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
     return result

@@ -4,10 +4,12 @@ every dialogue through it from several runner processes."""
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import pytest
 from benchmark_scripts import load_benchmark
 
+import sead
 from sead.testing.fake_openai_server import FakeOpenAIServer, scripted_user_turn, serve_lean
 from sead.usersim.http_client import KeepAliveClient
 
@@ -128,6 +130,7 @@ def test_several_runner_processes_play_every_dialogue_to_its_end_against_either_
         assert run["turns_total"] == 6 * 3  # the user ends after 3 agent turns
         assert run["wall_s"] >= run["ideal_s"] > 0 and run["client_cpu_ms_per_turn"] > 0
     assert json.loads((tmp_path / "runs.json").read_text())["runs"] == runs
+    assert result["sead_from"] == str(Path(sead.__file__).resolve().parent.parent)
     assert "threaded server, 2 runner process(es): wall/ideal" in capsys.readouterr().out
 
 
