@@ -17,6 +17,7 @@ from functools import cached_property
 from sead.scenario.profile_space import ProfileSpace
 
 STATUS_VALUES = (-1, 0, 1)
+_STATUS_TEXTS = {str(v): v for v in STATUS_VALUES}
 _INT = re.compile(r"-?\d+")
 
 
@@ -148,7 +149,7 @@ def _find_tags(text: str, marks: tuple[_Mark, ...]) -> _Found:
     found = _Found()
     found.problems = []
     opens = [(text.find(opening), name, opening, closing) for name, opening, closing in marks]
-    starts = sorted(pos for pos, *_ in opens if pos >= 0)
+    starts = sorted([pos for pos, _, _, _ in opens if pos >= 0])  # not `pos, *_`: that builds a list per tag
     for pos, name, opening, closing in opens:
         if pos < 0:
             continue
@@ -190,6 +191,8 @@ def _read_status(found: _Found, tag: str, problems: list[str]) -> int:
     if raw is None:
         problems.append(f"missing <{tag}>")
         return 0
+    if raw in _STATUS_TEXTS:  # the usual case, without the regex
+        return _STATUS_TEXTS[raw]
     m = _INT.search(raw)
     if m is None or int(m.group(0)) not in STATUS_VALUES:
         problems.append(f"<{tag}> must be one of -1, 0, 1, got {raw[:20]!r}")
