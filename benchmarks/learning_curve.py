@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -483,8 +484,7 @@ def tables(result: dict) -> list[dict]:
             "rows": arms,
         }
     ]
-    if lost := where_lost(result["arms"]):
-        out.append(lost)
+    out += [t for t in (where_lost(result["arms"]), lost_to_table(result["arms"])) if t]
     out.append(
         {
             "caption": "paired on the same dialogues: exact McNemar, two-sided",
@@ -513,6 +513,23 @@ def where_lost(arms: dict) -> dict | None:
         "caption": "failed dialogues by the stage due when lost: concern left open / all",
         "headers": ["arm", *(f"stage {k}" for k in due)],
         "rows": rows,
+    }
+
+
+def lost_to_table(arms: dict, shown: int = 6) -> dict | None:
+    """Per arm, the failed dialogues by what the user objected to in its last turn (`sead.metrics.lost_to`), for
+    the objections heard most over all arms: what RL taught the agent to stop doing, or not."""
+    counts = {a["label"]: a["funnel"]["lost_to"] for a in arms.values() if (a.get("funnel") or {}).get("lost_to")}
+    heard = Counter()
+    for c in counts.values():
+        heard.update(c)
+    if not heard:
+        return None
+    top = [why for why, _ in heard.most_common(shown)]
+    return {
+        "caption": "failed dialogues by what the user objected to in its last turn (several can share a turn)",
+        "headers": ["arm", *top],
+        "rows": [[label, *(str(c.get(why, 0)) for why in top)] for label, c in counts.items()],
     }
 
 

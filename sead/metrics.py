@@ -19,7 +19,9 @@ Per-dialogue values (None = the metric does not apply to that dialogue):
       turn happened at all: then nothing was acknowledged, ACK 0).
 - funnel (aggregate only, from the same reports): how many dialogues had at least k stages acknowledged, and where
       the failed ones were lost: by the stage then due (the number acknowledged) and whether the user still held
-      a concern open when the call ended (an unanswered question, against a stage that did not land).
+      a concern open when the call ended (an unanswered question, against a stage that did not land), and what
+      they were lost to: what the user objected to in its last turn ("same thing again", "they dodged my
+      question", ...), or how the call ended when it reported no objection (a turn limit).
 Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n (for a rate, `wilson_interval` gives the
 score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that
 ended by a simulator error are counted apart and excluded from every metric: they say nothing about the agent.
@@ -58,6 +60,7 @@ other shares.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -169,11 +172,21 @@ def funnel(episodes: Sequence[Episode]) -> dict:
         if not e.success:
             row = lost.setdefault(str(k), {"concern_open": 0, "no_concern_open": 0})
             row["concern_open" if concern_open_at_end(e) else "no_concern_open"] += 1
+    objections = [o for e in episodes if not e.success for o in lost_to(e)]
     return {
         "dialogues": len(episodes),
         "acknowledged": [sum(a > k for a in acked) for k in range(max(acked, default=0))],
         "lost": dict(sorted(lost.items(), key=lambda kv: int(kv[0]))),
+        "lost_to": dict(sorted(Counter(objections).items(), key=lambda kv: (-kv[1], kv[0]))),  # most first
     }
+
+
+def lost_to(ep: Episode) -> list[str]:
+    """What a failed dialogue was lost to: what the user objected to in its last reported turn (the causes of its
+    moves against the call, several in one turn), else how it ended, in brackets: "(turn_limit)"."""
+    reports = user_reports(ep)
+    objections = reports[-1].get("objections", []) if reports else []
+    return list(objections) if objections else [f"({ep.end_reason})"]
 
 
 def turns_if_success(ep: Episode) -> float | None:

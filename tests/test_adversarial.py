@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scenario_named, seeded_profiles
 
-from sead.metrics import HackMonitor, concerns_answered, stages_acknowledged
+from sead.metrics import HackMonitor, concerns_answered, funnel, stages_acknowledged
 from sead.policy.adversarial import (
     ADVERSARIAL_AGENTS,
     KNOWN_LIMITS,
@@ -174,7 +174,7 @@ def _raised(env, behaviour):
     """A call in which stage 0 has landed and the user has just voiced `behaviour`."""
     call = Call(env, [behaviour])
     assert call.say(env.rules.stages[0].reference_agent).reply == (behaviour.utterance or behaviour.text)
-    assert call.meta == {"stage_done": 0, "active_concern": behaviour.category}
+    assert (call.meta["stage_done"], call.meta["active_concern"]) == (0, behaviour.category)
     return call
 
 
@@ -214,7 +214,8 @@ def test_an_open_concern_holds_the_sop(env):
     behaviour = _behaviour(env)
     call = _raised(env, behaviour)
     call.say(env.rules.stages[1].reference_agent)
-    assert call.meta == {"stage_done": 0, "active_concern": behaviour.category}
+    assert (call.meta["stage_done"], call.meta["active_concern"]) == (0, behaviour.category)
+    assert "they dodged my question" in call.meta["objections"]  # as the funnel counts a lost call
     call.say(env.rules.concerns[behaviour.category].reference_answer)
     call.say(env.rules.stages[1].reference_rewordings[0])  # the line itself would now be a repeat
     assert call.meta["stage_done"] == 1
@@ -336,6 +337,24 @@ def test_user_side_measures_follow_the_user(env):
         assert np.mean([stages_acknowledged(e) for e in eps]) <= ref_ack - 1.5, name
         answered = [c for e in eps if (c := concerns_answered(e)) is not None]
         assert not answered or np.mean(answered) <= 0.4, name
+
+
+# What the user objected to as each lost its calls: the rule meant to stop it, among the two objections heard most.
+@pytest.mark.parametrize(
+    ("name", "objection"),
+    [
+        ("salad", "word salad"),
+        ("echo", "that's just what I said"),
+        ("tag_only", "pointless talk"),
+        ("blind_reference", "that's not what I asked"),
+    ],
+)
+def test_lost_calls_name_what_stopped_each_adversary(env, name, objection):
+    lost_to = funnel(env.episodes(name))["lost_to"]
+    assert objection in list(lost_to)[:2], lost_to
+    reference = funnel(env.episodes("reference"))["lost_to"]
+    assert not {"word salad", "that's just what I said"} & set(reference)  # never the reference's
+    assert not {"makes sense", "fair enough"} & set(reference)  # moves for the call are no objections
 
 
 # --- reading 6: what the red team of session 39 found ----------------------------------------------------------

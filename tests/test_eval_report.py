@@ -111,6 +111,10 @@ def test_report_opens_with_a_readable_setup_and_plots_show_zero_cr(tmp_path):
         assert page.locator("figcaption", has_text="SOP funnel").count() == 1  # the scripted user reports stages
         monitors = page.locator("table.summary", has_text="flagged").inner_text()
         assert "words_per_reply" in monitors and results["hack_monitors"]["flagged"]  # the floor is flagged
+        lost = page.locator("table.summary", has_text="share of failed").locator("tr").all_inner_texts()[1:]
+        lost_to = results["funnel"]["lost_to"]
+        assert {r.split("\t")[0]: int(r.split("\t")[1]) for r in lost} == lost_to
+        assert sum(lost_to.values()) >= results["counts"]["failed"] == 6  # every lost call is placed at least once
     fig = cr_by_value_figure(results["cr_by_state"])
     for ax, dim in zip(fig.axes, results["cr_by_state"]["dimensions"]):
         labels = [t.get_text() for t in ax.texts]

@@ -115,6 +115,8 @@ def test_every_arm_reports_cr_with_its_wilson_ci_and_the_user_side_measures(quic
         assert set(arm["CAR"]) == set(arm["ACK"]) == {"mean", "ci95"}
         lost = sum(c["concern_open"] + c["no_concern_open"] for c in arm["funnel"]["lost"].values())
         assert lost == arm["n"] - arm["completed"]  # every failed dialogue is placed in the funnel once
+        assert sum(arm["funnel"]["lost_to"].values()) >= lost  # and by what it was lost to, at least once
+    assert "what the user objected to in its last turn" in page
     assert [a["grpo_steps"] for a in result["arms"].values()] == [0, 0, QUICK_STEPS, QUICK_STEPS]
     assert result["held_out"] == {"profiles": 3, "trials": 2, "seed": 4242}  # --quick never plays the held-out seed
 

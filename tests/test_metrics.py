@@ -16,6 +16,7 @@ from sead.metrics import (
     concerns_answered,
     cost,
     funnel,
+    lost_to,
     pass_hat_k,
     stages_acknowledged,
     summarise,
@@ -375,6 +376,26 @@ def test_funnel_by_hand():
     }
     assert list(funnel([early, fees])["lost"]) == ["0", "1"]  # ordered by stage, whatever the dialogues' order
     assert compute_metrics([won, fees, flat, early], SPACE)["funnel"] == f
+    # none of these reported objections: each lost call is placed by how it ended
+    assert f["lost_to"] == {"(turn_limit)": 3}
+
+
+def test_lost_to_counts_the_objections_of_the_last_reported_turn():
+    def hung_up(*per_turn):
+        reports = [{"stage_done": 0, "active_concern": None, "objections": list(o)} for o in per_turn]
+        # a cached reply last: it reports nothing, so the turn before it counts
+        return dataclasses.replace(_reported(*reports, {}), end_reason="user_hangup")
+
+    repeated = hung_up(["pointless talk"], ["same thing again", "they dodged my question"])
+    dodged = hung_up(["same thing again"], ["they dodged my question"])
+    quiet = hung_up(["same thing again"], [])  # hung up with nothing new objected to: how it ended stands in
+    won = _reported({"stage_done": 2, "active_concern": None, "objections": ["too long"]}, success=True)
+    assert lost_to(repeated) == ["same thing again", "they dodged my question"]
+    assert lost_to(quiet) == ["(user_hangup)"]
+    f = funnel([won, quiet, repeated, dodged])
+    # most first, ties by name; the won call's objections and the earlier turns' are not counted
+    assert f["lost_to"] == {"they dodged my question": 2, "(user_hangup)": 1, "same thing again": 1}
+    assert list(f["lost_to"]) == list(funnel([dodged, repeated, quiet, won])["lost_to"])
 
 
 def test_user_side_measures_absent_without_a_reporting_simulator():

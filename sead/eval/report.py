@@ -111,6 +111,12 @@ def monitor_rows(monitors: dict) -> list[list[str]]:
     return rows + [["flagged", ", ".join(sorted(flagged)) or "none"]]
 
 
+def lost_to_rows(lost_to: dict[str, int], failed: int) -> list[list[str]]:
+    """One row per objection (`sead.metrics.lost_to`); a call can be lost to several at once, so the shares may add
+    up to more than 1."""
+    return [[why, str(n), f"{n / failed:.2f}" if failed else "n/a"] for why, n in lost_to.items()]
+
+
 def setup_rows(results: dict) -> list[list[str]]:
     """What a reader needs to know first: who played whom, on which profiles, with which decoding.
     The full settings stay machine-readable in results.json."""
@@ -175,6 +181,14 @@ def write_eval_report(
     tables.append(
         {"caption": "Metrics", "headers": ["metric", "mean", "std", "95% CI", "n"], "rows": summary_rows(results)}
     )
+    if (results.get("funnel") or {}).get("lost_to"):
+        tables.append(
+            {
+                "caption": "What failed calls were lost to: what the user objected to in its last turn",
+                "headers": ["objection", "calls", "share of failed"],
+                "rows": lost_to_rows(results["funnel"]["lost_to"], results["counts"]["failed"]),
+            }
+        )
     if results.get("hack_monitors"):
         tables.append(
             {

@@ -19,7 +19,7 @@ text is in the history), so the replay agrees with what the agent saw, under ret
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from sead.errors import SEADInputError
 from sead.scenario.behaviours import Behaviour
@@ -48,6 +48,7 @@ class _Outcome:
     reply: str
     status: int
     think: str
+    objections: tuple[str, ...] = ()  # what turned the user against the call this turn ("same thing again", ...)
 
 
 class ScriptedUserSimulator(UserSimulator):
@@ -87,9 +88,8 @@ class ScriptedUserSimulator(UserSimulator):
             )
         out = self._step(st, agent_response, random.Random(f"{seed}/{len(history)}"), {})
         text = self.scenario.tags.format_user(out.reply, st.values, out.status, think=out.think)
-        return UserReply(
-            text, meta={"stage_done": st.stage_done, "active_concern": st.active.category if st.active else None}
-        )
+        meta = {"stage_done": st.stage_done, "active_concern": st.active.category if st.active else None}
+        return UserReply(text, meta={**meta, "objections": list(out.objections)})
 
     def _initial(self, profile: Profile) -> _State:
         values = {}
@@ -108,13 +108,17 @@ class ScriptedUserSimulator(UserSimulator):
         # Drawn up front, always the same number, so two profiles with one seed see the same chances.
         draws = [rng.random() for _ in range(6)]
         notes: list[str] = []
-        progressed, resolved, gave_up = self._react(st, agent_text, draws, notes)
+        objections: list[str] = []
+        progressed, resolved, gave_up = self._react(st, agent_text, draws, notes, objections)
         st.values.update(reported)
-        return self._answer(st, progressed, resolved, gave_up, draws[-1], notes)
+        outcome = self._answer(st, progressed, resolved, gave_up, draws[-1], notes)
+        return replace(outcome, objections=tuple(dict.fromkeys(objections)))
 
-    def _react(self, st: _State, agent_text: str, draws: list[float], notes: list[str]) -> tuple[bool, bool, bool]:
+    def _react(
+        self, st: _State, agent_text: str, draws: list[float], notes: list[str], objections: list[str]
+    ) -> tuple[bool, bool, bool]:
         """Move the state; return whether the expected stage landed, the open concern was answered, and whether
-        the user has waited too long for an answer."""
+        the user has waited too long for an answer. `objections`: the causes of every move against the call."""
         rules, d, v = self.rules, self.rules.dynamics, st.values
         u_gain, u_off, u_impatient, u_drag_c, u_drag_e = draws[:5]
         # Every chance of a good move rises with trust, of a bad one falls: the source of monotone difficulty.
@@ -128,6 +132,8 @@ class ScriptedUserSimulator(UserSimulator):
             new = min(dim_range.high, max(dim_range.low, v[dim] + delta))
             if new != v[dim]:
                 notes.append(f"{why}: {dim} {'+' if new > v[dim] else ''}{new - v[dim]}")
+                if new < v[dim]:
+                    objections.append(why)
                 v[dim] = new
 
         if matches_any(text, rules.contradictions):
@@ -141,6 +147,7 @@ class ScriptedUserSimulator(UserSimulator):
         cued, answered = (reading.stages, reading.kinds) if reading.usable else ((), ())
         if reading.salad:
             notes.append("word salad")
+            objections.append("word salad")
 
         resolved = gave_up = progressed = False
         if st.active is not None:
