@@ -19,7 +19,7 @@ text is in the history), so the replay agrees with what the agent saw, under ret
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 from sead.errors import SEADInputError
 from sead.scenario.behaviours import Behaviour
@@ -112,7 +112,8 @@ class ScriptedUserSimulator(UserSimulator):
         progressed, resolved, gave_up = self._react(st, agent_text, draws, notes, objections)
         st.values.update(reported)
         outcome = self._answer(st, progressed, resolved, gave_up, draws[-1], notes)
-        return replace(outcome, objections=tuple(dict.fromkeys(objections)))
+        outcome.objections = tuple(dict.fromkeys(objections))
+        return outcome
 
     def _react(
         self, st: _State, agent_text: str, draws: list[float], notes: list[str], objections: list[str]
