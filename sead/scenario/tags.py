@@ -2,8 +2,8 @@
 
 Parsing never raises: whatever a model writes becomes a structured turn, with every missing, unclosed or
 out-of-range tag listed in `problems` (and summed up in `malformed`). An agent turn has a response only when it
-holds exactly one `<response>` block. Tag names follow the scenario's dimensions: the agent predicts
-`<{dim}_score>`, the user reports `<user_{dim}>`.
+holds exactly one `<response>` block: one opening, one closing. Tag names follow the scenario's dimensions: the agent
+predicts `<{dim}_score>`, the user reports `<user_{dim}>`.
 """
 
 from __future__ import annotations
@@ -98,10 +98,11 @@ class TagSchema:
         response = found.get("response")
         if response is None:
             problems.append("missing <response>")
-        elif text.count("<response>") > 1:
+        elif text.count("<response>") > 1 or text.count("</response>") > 1:
             # Two answers in one turn: the caller could hear either, so the turn is as unusable as one with none.
             # Read as the first, it let RL drift into turns of several answers with the other tags dropped, which
-            # the small format reward did not stop (benchmarks/RESULTS.md, session 40).
+            # the small format reward did not stop: first as several `<response>` blocks (session 40), later as
+            # one opening and answers closed by `</response>` inside the score tags (session 48; RESULTS.md).
             problems.append("more than one <response>")
             response = None
         portrait = {name: _read_int(found, tag, low, high, problems) for name, tag, _, low, high in self._scores}
