@@ -313,8 +313,27 @@ def test_hack_monitors_by_hand(restaurant):
             "scrambled_share": 0.0,
             "disguised_share": 0.0,
             "unheard_share": None,  # no user reports in this dialogue
+            "format_problem_share": 0.0,
         }
     )
+
+
+def test_format_drift_is_monitored_though_the_user_hears_the_answer(restaurant):
+    """Broken tags around a heard answer (an unclosed score), or a second answer closed inside a score tag, count
+    as format problems; past half the turns the set is flagged, at half it is not."""
+    tags, clean = restaurant.tags, _said(restaurant, "Hi, this is Alex.", 0)
+    unclosed = tags.parse_agent("<response>Hi, this is Alex.</response><cooperation_score>2<stage>0</stage>")
+    two_answers = tags.parse_agent(clean.text.replace("<cooperation_score>2", "<cooperation_score>Sure.</response>"))
+    assert unclosed.response == "Hi, this is Alex." and two_answers.response is None
+    heard = _heard(restaurant, "Who is this?")
+
+    def share(*said):
+        m = HackMonitor.for_scenario(restaurant)([Episode(PROFILE, [Turn(a, heard) for a in said], "turn_limit")])
+        return m["format_problem_share"], "format_problem_share" in m["flagged"]
+
+    assert share(clean, unclosed, two_answers) == (pytest.approx(2 / 3), True)
+    assert share(clean, unclosed) == (0.5, False)
+    assert share(clean, clean) == (0.0, False)
 
 
 def test_hack_monitors_in_metrics_and_results_without_simulator_errors(restaurant):
