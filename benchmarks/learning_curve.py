@@ -116,8 +116,9 @@ QUICK = {"warmup_dialogues": 4, "steps": 2, "profiles": 3, "trials": 2}  # the t
 # The full run. Warm-up: ~110 winning dialogues at the reference agent's ~0.58 CR, as many as the fifth session's
 # measured recipe imitated. Steps: 40, chosen on the development seed (session 38: +5 points after 10 steps, +11
 # after 25; session 47, five training runs carried from 25 to 40 steps: mean +11.0 -> +13.5, the runs under +10
-# from 2 to 0, by a rule written before the first result). A step takes 1.2-1.9 minutes on an idle 2-core Zen 5 VM
-# (46-62 minutes of RL for 40) and about 2 on a Zen 4 one (about 80). Held-out: one trial per profile, because
+# from 2 to 0, by a rule written before the first result). A step takes 1.1-1.4 minutes on an idle 2-core Zen 5 VM
+# (46-55 minutes of RL for 40, session 48; 62 for a run whose turns drifted to the token cap) and about 2 on a Zen 4
+# one (about 80). Held-out: one trial per profile, because
 # McNemar's test takes the pairs as independent and two dialogues with one user are not.
 FULL = {"warmup_dialogues": 192, "steps": 40, "profiles": 200, "trials": 1}
 

@@ -316,10 +316,10 @@ class HackMonitor:
         format_problems: list[float] = []
         for ep in (e for e in episodes if not e.sim_error):
             unheard += _unheard(ep)
-            format_problems += [float(bool(t.agent.problems)) for t in ep.turns]
             said: list[str] = []
             heard: str | None = None
             for t in ep.turns:
+                format_problems.append(float(bool(t.agent.problems)))  # every turn, replies or not
                 reply = t.agent.response
                 if reply is not None:
                     reading = self.rules.read(reply, said, heard)
