@@ -242,8 +242,9 @@ def refuse_other_settings(run: Path, expected) -> None:
 
 
 def simulator(identity: dict) -> dict:
-    """What makes two runs' user simulators one: the identity a run saves (`usersim.json`: name, rules, dynamics),
-    the rules file by name only (runs from other checkouts have other paths), in JSON's types."""
+    """What makes two runs' user simulators one: the identity a run saves (`usersim.json`: name, rules, dynamics,
+    how agent turns are read), the rules file by name only (runs from other checkouts have other paths), in JSON's
+    types."""
     identity = json.loads(json.dumps(identity))
     return {**identity, "rules": Path(identity["rules"]).name} if identity.get("rules") else identity
 
@@ -258,9 +259,10 @@ def simulator_changes(a: dict | None, b: dict | None) -> str:
 
 def refuse_other_simulator(run: Path, cfg) -> None:
     from sead.config import build_scenario, build_usersim
+    from sead.usersim.base import environment_identity
 
     then = simulator(json.loads(RunLayout(run).usersim.read_text()))
-    now = simulator(build_usersim(cfg, build_scenario(cfg)).identity())
+    now = simulator(environment_identity(build_usersim(cfg, build_scenario(cfg))))
     if then != now:
         raise SystemExit(
             f"{run} was played against another user simulator ({simulator_changes(then, now)}); delete it to run it "

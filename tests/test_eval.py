@@ -13,6 +13,7 @@ from sead.eval.testset import content_hash, load_testset, make_testset
 from sead.models.precision import compute_dtype
 from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile, write_profiles
+from sead.scenario.tags import AGENT_READING_VERSION
 
 SMALL = ["eval.limit=6", "eval.trials=2"]
 
@@ -95,6 +96,19 @@ def test_other_settings_in_the_same_folder_are_refused_unless_fresh(tmp_path, ca
     assert (tmp_path / "o" / "scripted-reference" / "dialogues.jsonl").read_text() == before
     assert run_eval(tmp_path, "o", "scripted:reference", "eval.seed=5", "eval.fresh=true") == 0
     assert json.loads((tmp_path / "o" / "scripted-reference" / "results.json").read_text())["settings"]["seed"] == 5
+
+
+def test_an_evaluation_whose_agent_turns_were_read_by_older_rules_is_not_resumed(tmp_path, capsys):
+    assert run_eval(tmp_path, "o", "scripted:reference") == 0
+    folder = tmp_path / "o" / "scripted-reference"
+    settings = json.loads((folder / "settings.json").read_text())
+    assert settings["user_simulator"]["agent_reading"] == AGENT_READING_VERSION
+    settings["user_simulator"]["agent_reading"] = AGENT_READING_VERSION - 1  # before session 48's rule
+    (folder / "settings.json").write_text(json.dumps(settings))
+    before = (folder / "dialogues.jsonl").read_text()
+    assert run_eval(tmp_path, "o", "scripted:reference") == 2
+    assert "user_simulator differ" in capsys.readouterr().out
+    assert (folder / "dialogues.jsonl").read_text() == before
 
 
 def test_dead_user_simulator_exits_2_naming_each_url(tmp_path, capsys):

@@ -14,6 +14,7 @@ from sead.config import load_config
 from sead.metrics import mcnemar_exact, wilson_interval
 from sead.run.layout import RunLayout
 from sead.run.paired import paired_comparison, validation_outcomes
+from sead.scenario.tags import AGENT_READING_VERSION
 from sead.usersim.rules import READING_VERSION
 
 QUICK_STEPS, QUICK_DIALOGUES = 2, 3 * 2  # --quick: 2 GRPO steps, 3 held-out profiles x 2 trials
@@ -203,17 +204,22 @@ def test_a_rerun_reuses_finished_phases_and_refuses_one_run_with_other_settings(
     assert json.loads((out / "again.json").read_text())["comparisons"] == result["comparisons"]
     with pytest.raises(SystemExit, match=r"base was run with other settings \(reward.format 0.1 -> 0.3"):
         script.main(["--quick", "--out", str(out), "reward.format=0.3"])
-    # a phase played against another user simulator (the rules' dynamics changed since) is not reused either
+    # a phase played against another user simulator (the rules' dynamics changed since) is not reused either,
+    # nor one whose agent turns were read by older rules (session 48 made a second </response> malformed)
     saved = RunLayout(out / "base").usersim
     identity = json.loads(saved.read_text())
-    saved.write_text(json.dumps({**identity, "dynamics": {**identity["dynamics"], "wrong_answer_cost": 0}}))
-    try:
-        with pytest.raises(
-            SystemExit, match=r"base was played against another user simulator .*wrong_answer_cost 0 -> 1"
-        ):
-            script.main(["--quick", "--out", str(out)])
-    finally:
-        saved.write_text(json.dumps(identity))
+    assert identity["agent_reading"] == AGENT_READING_VERSION
+    older = AGENT_READING_VERSION - 1
+    for changed, why in (
+        ({"dynamics": {**identity["dynamics"], "wrong_answer_cost": 0}}, "wrong_answer_cost 0 -> 1"),
+        ({"agent_reading": older}, f"agent_reading {older} -> {AGENT_READING_VERSION}"),
+    ):
+        saved.write_text(json.dumps({**identity, **changed}))
+        try:
+            with pytest.raises(SystemExit, match=rf"base was played against another user simulator .*{why}"):
+                script.main(["--quick", "--out", str(out)])
+        finally:
+            saved.write_text(json.dumps(identity))
 
 
 def test_the_development_mode_measures_on_the_development_seed_and_reports_beside_its_runs(script, tmp_path):
@@ -278,6 +284,10 @@ def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick,
     older = READING_VERSION - 1
     with pytest.raises(SystemExit, match=rf"different user simulators .*reading {older} -> {READING_VERSION}"):
         script.collect(later, altered(lambda base: base["user_simulator"].update(reading=older)))
+    older = AGENT_READING_VERSION - 1  # or whose agent turns were read by older rules
+    why = f"agent_reading {older} -> {AGENT_READING_VERSION}"
+    with pytest.raises(SystemExit, match=rf"different user simulators .*{why}"):
+        script.collect(later, altered(lambda base: base["user_simulator"].update(agent_reading=older)))
 
 
 def test_the_report_goes_into_a_results_folder_it_creates(script, quick, tmp_path):

@@ -19,6 +19,7 @@ from sead.errors import SEADInputError
 from sead.run.checkpoints import latest_checkpoint
 from sead.run.layout import CheckpointFolder, RunLayout
 from sead.run.validation_table import changes, validation_table
+from sead.scenario.tags import AGENT_READING_VERSION
 from sead.trainer.budget import TrainingBudget
 from sead.trainer.loop import groups_with_gradient, train
 
@@ -67,7 +68,9 @@ def test_every_rollout_record_carries_its_reward_simulator_seed_and_profile(tiny
     for r in rollouts:
         assert set(r["meta"]["reward"]["components"]) >= {"completion", "format"}
         assert r["meta"]["user_simulator"]["name"] == "scripted" and "seed" in r["meta"] and r["profile"]
-    assert tiny_run.config.exists() and json.loads(tiny_run.usersim.read_text())["name"] == "scripted"
+        assert r["meta"]["user_simulator"]["agent_reading"] == AGENT_READING_VERSION
+    assert tiny_run.config.exists()
+    assert json.loads(tiny_run.usersim.read_text()) == rollouts[0]["meta"]["user_simulator"]
 
 
 def test_the_last_checkpoint_is_a_plain_hf_model(tiny_run):

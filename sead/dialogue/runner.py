@@ -25,7 +25,7 @@ from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
 from sead.scenario.tags import UserTurn
-from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator
+from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator, environment_identity
 
 log = logging.getLogger(__name__)
 
@@ -211,5 +211,5 @@ async def run_episode(
             break
     timing["total_s"] = time.perf_counter() - t_start
     timing["runner_s"] = timing["total_s"] - timing["agent_s"] - timing["user_s"]
-    meta.update(timing=timing, agent=agent.identity(), user_simulator=user.identity())
+    meta.update(timing=timing, agent=agent.identity(), user_simulator=environment_identity(user))
     return Episode(profile, turns, end, tokens, meta, segments=chat.segments)

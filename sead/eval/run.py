@@ -26,7 +26,7 @@ from sead.eval.testset import TestSet
 from sead.progress import progress_bar
 from sead.run.atomic import write_text_atomic
 from sead.scenario import Scenario
-from sead.usersim.base import UserSimulator
+from sead.usersim.base import UserSimulator, environment_identity
 
 console = Console()
 OUTPUTS = ("dialogues.jsonl", "settings.json", "results.json", "report.html")
@@ -58,7 +58,7 @@ def frozen_settings(
         "trials": ec.trials,
         "agent": {**spec.to_dict(), **agent.policy.identity()},
         "agent_spec": spec.spec,
-        "user_simulator": user.identity(),
+        "user_simulator": environment_identity(user),
         "dialogue": dialogue,
     }
     return json.loads(json.dumps(settings))  # as it reads back from settings.json (lists, not tuples)

@@ -5,7 +5,7 @@ here and nowhere else:
   .lock                         held (flock) by the one process writing the run; holds its PID
   config.yaml                   the resolved config the run started with (frozen once it has a checkpoint)
   config.resume_NNNNNN.yaml     the config a resume from step NNNNNN ran with, where it differs
-  usersim.json                  the user simulator's identity and settings
+  usersim.json                  the user simulator's identity and settings, and how agent turns are read
   machine.json                  CPU, flags, torch, threads and the precision chosen, one record per start (embedded)
   rollouts/step_NNNNNN.jsonl    every training dialogue (profile, transcript, statuses, reward, token ids + mask)
   rollouts/branches_NNNNNN.jsonl  the step's branched dialogues (trainer.branch), which start from a replayed prefix
@@ -145,8 +145,8 @@ class RunLayout:
     def verl_iteration(self, iteration: int) -> Path:
         return self.path / "verl" / f"iter_{iteration:03d}"
 
-    def create(self, usersim_identity: dict) -> None:
-        """The folders every backend writes into, and the user simulator's identity."""
+    def create(self, environment: dict) -> None:
+        """The folders every backend writes into, and what replies are judged by (`environment_identity`)."""
         for folder in (self.rollouts_dir, self.validation_dir, self.controller_dir, self.checkpoints_dir):
             folder.mkdir(parents=True, exist_ok=True)
-        self.usersim.write_text(json.dumps(usersim_identity, indent=2), encoding="utf-8")
+        self.usersim.write_text(json.dumps(environment, indent=2), encoding="utf-8")

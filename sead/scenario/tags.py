@@ -16,6 +16,11 @@ from functools import cached_property
 
 from sead.scenario.profile_space import ProfileSpace
 
+# The version of how an agent turn's tags are read (which turns are malformed, what the user hears). It travels with
+# the user simulator's identity (`sead.usersim.base.environment_identity`): raise it whenever some agent turn would
+# read differently, so runs and evaluations read otherwise are never reused or compared as the same environment.
+AGENT_READING_VERSION = 2  # 1: a second <response> makes a turn malformed (session 40); 2: a second </response> (48)
+
 STATUS_VALUES = (-1, 0, 1)
 _STATUS_TEXTS = {str(v): v for v in STATUS_VALUES}
 _INT = re.compile(r"-?\d+")

@@ -43,6 +43,7 @@ from sead.trainer.schema import TrainerConfig
 from sead.trainer.update import Updater
 from sead.trainer.warmup import reuse_warmup, save_warmup, warmup
 from sead.trainer.weight_average import WeightAverage
+from sead.usersim.base import environment_identity
 
 console = Console()
 
@@ -146,7 +147,7 @@ class Trainer:
             self.step, self.budget = start.step, TrainingBudget.resumed(self.tc.max_minutes, start.state)
             console.print(f"resuming from {start.checkpoint} (step {self.step})")
         self.val_profiles = fixed_profiles(self.scenario, self.tc.validation.profiles, self.tc.validation.seed)
-        self.layout.create(self.user.identity())
+        self.layout.create(environment_identity(self.user))
         record_machine(self.layout, self.precision, self.step)
         console.print(f"precision: {self.precision.describe()}")
         self.cache = ResponseCache.for_run(self.runner_cfg.response_cache, self.layout.response_cache)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
+from sead.scenario.tags import AGENT_READING_VERSION
 
 
 @dataclass(frozen=True)
@@ -59,3 +60,9 @@ class UserSimulator(ABC):
 
     async def aclose(self) -> None:  # noqa: B027  (optional: most simulators hold no connections)
         """Release connections."""
+
+
+def environment_identity(user: UserSimulator) -> dict:
+    """What a reply is judged by: the simulator's identity and the version of how agent turns are read. Runs and
+    evaluations record this, and are reused or compared only where it matches."""
+    return {**user.identity(), "agent_reading": AGENT_READING_VERSION}

@@ -38,6 +38,7 @@ from sead.run.lock import run_dir_lock
 from sead.run.metrics_log import MetricsLogger
 from sead.run.start import start_or_resume
 from sead.run.steps import finish_step, write_controller_state, write_validation_metrics
+from sead.usersim.base import environment_identity
 from sead.verl_backend.dataset import profile_rows, write_rows
 from sead.verl_backend.launcher import (
     RunFiles,
@@ -74,7 +75,7 @@ class VerlTrainer:
             )
         self.val_profiles = fixed_profiles(self.scenario, self.tc.validation.profiles, self.tc.validation.seed)
         # identity only; the agent-loop workers build their own simulators
-        self.layout.create(build_usersim(cfg, self.scenario).identity())
+        self.layout.create(environment_identity(build_usersim(cfg, self.scenario)))
 
     def _rows(self, profiles, split: str) -> list[dict]:
         return profile_rows(
