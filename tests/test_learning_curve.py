@@ -290,6 +290,20 @@ def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick,
         script.collect(later, altered(lambda base: base["user_simulator"].update(agent_reading=older)))
 
 
+def test_several_runs_of_the_script_are_read_as_one_verdict_on_the_recipe(quick, tmp_path):
+    """learning_curve_runs.py reads the files this script writes (its own tests use files reduced by hand)."""
+    _, result = quick
+    paths = []
+    for seed in (3, 1):
+        path = tmp_path / f"seed{seed}.json"
+        path.write_text(json.dumps({**result, "config": {**result["config"], "seed": seed}}))
+        paths.append(path)
+    report = load_benchmark("learning_curve_runs").collect(paths)
+    assert [r["run_seed"] for r in report["runs"]] == [1, 3] and report["held_out"] == result["held_out"]
+    assert [r["gain_points"] for r in report["runs"]] == [result["target"]["gain_points"]] * 2
+    assert report["summary"]["runs_meeting_target"] == 2 * result["target"]["met"]
+
+
 def test_the_report_goes_into_a_results_folder_it_creates(script, quick, tmp_path):
     out, result = quick
     target = tmp_path / "not" / "there yet" / "lc"  # created before any phase runs, not found missing at the end
