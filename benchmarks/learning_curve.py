@@ -241,14 +241,6 @@ def refuse_other_settings(run: Path, expected) -> None:
         )
 
 
-def simulator(identity: dict) -> dict:
-    """What makes two runs' user simulators one: the identity a run saves (`usersim.json`: name, rules, dynamics,
-    how agent turns are read), the rules file by name only (runs from other checkouts have other paths), in JSON's
-    types."""
-    identity = json.loads(json.dumps(identity))
-    return {**identity, "rules": Path(identity["rules"]).name} if identity.get("rules") else identity
-
-
 def simulator_changes(a: dict | None, b: dict | None) -> str:
     from sead.run.frozen_config import changed_settings, describe_changes
 
@@ -259,15 +251,17 @@ def simulator_changes(a: dict | None, b: dict | None) -> str:
 
 def refuse_other_simulator(run: Path, cfg) -> None:
     from sead.config import build_scenario, build_usersim
-    from sead.usersim.base import environment_identity
+    from sead.usersim.base import comparable_environment, environment_identity
 
-    then = simulator(json.loads(RunLayout(run).usersim.read_text()))
-    now = simulator(environment_identity(build_usersim(cfg, build_scenario(cfg))))
-    if then != now:
-        raise SystemExit(
-            f"{run} was played against another user simulator ({simulator_changes(then, now)}); delete it to run it "
-            "again, or use another --out"
-        )
+    now = comparable_environment(environment_identity(build_usersim(cfg, build_scenario(cfg))))
+    layout = RunLayout(run)
+    for record in (layout.usersim, *layout.resume_usersims().values()):  # a resume may have changed it on the way
+        then = comparable_environment(json.loads(record.read_text()))
+        if then != now:
+            raise SystemExit(
+                f"{run} was played against another user simulator ({simulator_changes(then, now)}); delete it to run "
+                "it again, or use another --out"
+            )
 
 
 def record_phase_time(out: Path, name: str, seconds: float, *, resumed: bool) -> None:
@@ -287,6 +281,7 @@ def arm(run: Path, label: str) -> dict:
 
     from sead.run.paired import validation_outcomes
     from sead.run.validation_table import interval
+    from sead.usersim.base import comparable_environment
 
     layout = RunLayout(run)
     measured = layout.validated_iterations()[-1]
@@ -305,7 +300,7 @@ def arm(run: Path, label: str) -> dict:
         **user_side,
         "end_reasons": m["end_reasons"],
         "funnel": m["funnel"] if "funnel" in m else funnel_of(dialogues),
-        "user_simulator": simulator(json.loads(layout.usersim.read_text())),
+        "user_simulator": comparable_environment(json.loads(layout.usersim.read_text())),
         "dialogues": str(dialogues),
         "outcomes": outcomes_to_json(validation_outcomes(dialogues)),
         "config": OmegaConf.to_container(OmegaConf.load(layout.config)),

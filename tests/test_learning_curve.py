@@ -205,21 +205,25 @@ def test_a_rerun_reuses_finished_phases_and_refuses_one_run_with_other_settings(
     with pytest.raises(SystemExit, match=r"base was run with other settings \(reward.format 0.1 -> 0.3"):
         script.main(["--quick", "--out", str(out), "reward.format=0.3"])
     # a phase played against another user simulator (the rules' dynamics changed since) is not reused either,
-    # nor one whose agent turns were read by older rules (session 48 made a second </response> malformed)
-    saved = RunLayout(out / "base").usersim
+    # nor one whose agent turns were read by older rules (session 48 made a second </response> malformed), nor one
+    # resumed under older rules on the way (resume_allow_changes)
+    base = RunLayout(out / "base")
+    saved = base.usersim
     identity = json.loads(saved.read_text())
     assert identity["agent_reading"] == AGENT_READING_VERSION
     older = AGENT_READING_VERSION - 1
-    for changed, why in (
-        ({"dynamics": {**identity["dynamics"], "wrong_answer_cost": 0}}, "wrong_answer_cost 0 -> 1"),
-        ({"agent_reading": older}, f"agent_reading {older} -> {AGENT_READING_VERSION}"),
+    for record, changed, why in (
+        (saved, {"dynamics": {**identity["dynamics"], "wrong_answer_cost": 0}}, "wrong_answer_cost 0 -> 1"),
+        (saved, {"agent_reading": older}, f"agent_reading {older} -> {AGENT_READING_VERSION}"),
+        (base.resume_usersim(1), {"agent_reading": older}, f"agent_reading {older} -> {AGENT_READING_VERSION}"),
     ):
-        saved.write_text(json.dumps({**identity, **changed}))
+        record.write_text(json.dumps({**identity, **changed}))
         try:
             with pytest.raises(SystemExit, match=rf"base was played against another user simulator .*{why}"):
                 script.main(["--quick", "--out", str(out)])
         finally:
             saved.write_text(json.dumps(identity))
+            base.resume_usersim(1).unlink(missing_ok=True)
 
 
 def test_the_development_mode_measures_on_the_development_seed_and_reports_beside_its_runs(script, tmp_path):

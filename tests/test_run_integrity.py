@@ -26,6 +26,7 @@ from sead.cli.main import main
 from sead.config import load_config
 from sead.errors import SEADInputError
 from sead.run.checkpoints import latest_checkpoint
+from sead.run.frozen_config import resume_config
 from sead.run.layout import CheckpointFolder, RunLayout
 from sead.trainer.loop import Trainer, train
 from sead.usersim.base import SimulatorError, UserSimulator
@@ -229,6 +230,49 @@ def test_resume_refuses_changed_run_settings_unless_allowed(run, capsys, caplog)
     assert main(["train", f"run_dir={run}", "trainer.iterations=3", "resume=true"]) == 0
     steps = [r for r in strict_json_lines(layout.metrics) if "reward" in r]
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6] and [s["lr"] for s in steps[4:]] == [0.5, 0.5]
+
+
+def test_resume_refuses_a_user_simulator_that_reads_replies_otherwise_unless_allowed(run, capsys, caplog):
+    """Code that reads replies by other rules changes the run's environment though no setting changed: a run from
+    an older SEAD is not continued as if it had met one user throughout. A run moved to another folder (its rules
+    file now has another path) is the same environment."""
+    layout = RunLayout(run)
+    today = json.loads(layout.usersim.read_text())
+    moved = {**today, "rules": f"/elsewhere/assets/{Path(today['rules']).name}"}
+    layout.usersim.write_text(json.dumps(moved))
+    assert main(["train", f"run_dir={run}", "trainer.iterations=2", "resume=true"]) == 0
+    assert reward_steps(run) == [1, 2, 3, 4] and not layout.resume_usersims()
+
+    older = {**moved, "agent_reading": today["agent_reading"] - 1}
+    layout.usersim.write_text(json.dumps(older))
+    further = ["train", f"run_dir={run}", "trainer.iterations=3", "resume=true"]
+    assert main(further) == 2
+    out = capsys.readouterr().out
+    reading = f"user_simulator.agent_reading {older['agent_reading']} -> {today['agent_reading']}"
+    assert reading in out and "usersim.json" in out and "resume_allow_changes" in out
+    assert reward_steps(run) == [1, 2, 3, 4] and json.loads(layout.usersim.read_text()) == older
+
+    assert main([*further, "resume_allow_changes=true"]) == 0
+    assert reward_steps(run) == [1, 2, 3, 4, 5, 6]
+    assert json.loads(layout.usersim.read_text()) == older  # what the first four steps met stays on record
+    assert json.loads(layout.resume_usersim(4).read_text()) == today
+    assert f"from step 4 the run continues with {reading}" in caplog.text
+    # held from now on to the simulator in effect since step 4: the next resume needs no permission
+    assert main(["train", f"run_dir={run}", "trainer.iterations=4", "resume=true"]) == 0
+    assert reward_steps(run) == [1, 2, 3, 4, 5, 6, 7, 8] and list(layout.resume_usersims()) == [4]
+
+
+def test_a_torn_simulator_record_is_named_and_a_run_without_one_gets_one_at_its_resume(run):
+    layout = RunLayout(run)
+    environment = json.loads(layout.usersim.read_text())
+    cfg = load_config([f"run_dir={run}", "resume=true"])
+    layout.usersim.write_text('{"name": "scri')
+    with pytest.raises(SEADInputError, match="cannot read the run's user simulator record") as refused:
+        resume_config(run, cfg, 2, environment)
+    assert refused.value.path == layout.usersim and not layout.resume_usersims()
+    layout.usersim.unlink()
+    assert resume_config(run, cfg, 2, environment) == layout.config
+    assert json.loads(layout.resume_usersim(2).read_text()) == environment
 
 
 def test_a_resume_needs_only_the_run_dir(run):

@@ -18,6 +18,7 @@ def test_every_path_of_a_run_directory_is_the_documented_one():
             "config": run.config,
             "resume_config": run.resume_config(12),
             "usersim": run.usersim,
+            "resume_usersim": run.resume_usersim(12),
             "metrics": run.metrics,
             "tensorboard": run.tensorboard,
             "rollouts": run.rollouts(7),
@@ -37,6 +38,7 @@ def test_every_path_of_a_run_directory_is_the_documented_one():
         "config": "config.yaml",
         "resume_config": "config.resume_000012.yaml",
         "usersim": "usersim.json",
+        "resume_usersim": "usersim.resume_000012.json",
         "metrics": "metrics.jsonl",
         "tensorboard": "tensorboard",
         "rollouts": "rollouts/step_000007.jsonl",
@@ -65,9 +67,8 @@ def test_every_path_of_a_run_directory_is_the_documented_one():
 
 def test_listings_read_back_what_was_written_in_numeric_order(tmp_path):
     run = RunLayout(tmp_path / "run")
-    run.create({"name": "scripted"})
+    run.create()
     assert all(d.is_dir() for d in (run.rollouts_dir, run.validation_dir, run.controller_dir, run.checkpoints_dir))
-    assert json.loads(run.usersim.read_text()) == {"name": "scripted"}
     for step in (10, 2, 9):
         run.rollouts(step).write_text("")
         run.branch_rollouts(step).write_text("")  # a step's branches are not whole dialogues: not listed with them
@@ -77,9 +78,12 @@ def test_listings_read_back_what_was_written_in_numeric_order(tmp_path):
         run.validation_dialogues(iteration).write_text("")
     for step in (100, 99):
         run.resume_config(step).write_text("")
+    run.resume_usersim(7).write_text("{}")
+    (run.path / "config.resume_latest.yaml").write_text("")  # not a step: not a record
     assert run.rollout_files() == [run.rollouts(2), run.rollouts(9), run.rollouts(10)]
     assert run.validated_iterations() == [0, 9, 10]
     assert run.resume_configs() == {99: run.resume_config(99), 100: run.resume_config(100)}
+    assert run.resume_usersims() == {7: run.resume_usersim(7)}
 
 
 def test_checkpoints_are_committed_into_the_layout_and_found_newest_first(tmp_path, caplog):

@@ -60,7 +60,7 @@ def test_the_scorer_is_the_reward_under_the_runs_weights(restaurant, played):
 def test_finish_step_feeds_the_controller_and_records_the_step(tmp_path, restaurant, played):
     _, _, episodes = played
     layout = RunLayout(tmp_path / "run")
-    layout.create({"name": "scripted"})
+    layout.create()
     rule = make_curriculum("fixed", restaurant.space, restaurant.default_marginals)
     controller = ProfileController(restaurant, rule, seed=0, update_every=1)
     shares = {d: {str(v): p for v, p in m.items()} for d, m in controller.marginals().items()}
@@ -102,7 +102,7 @@ def test_the_step_record_carries_the_hack_monitors_when_given(tmp_path, restaura
 
     _, _, episodes = played
     layout = RunLayout(tmp_path / "run")
-    layout.create({"name": "scripted"})
+    layout.create()
     monitor = HackMonitor.for_scenario(restaurant)
 
     def controller():

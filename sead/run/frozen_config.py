@@ -5,10 +5,16 @@ one in effect at the checkpoint and refuses any difference in a run-defining key
 `resume_allow_changes=true`; then the new config is kept beside the old one and the change is logged.
 
 config.yaml is always the config the run started with; config.resume_NNNNNN.yaml is the one a resume from step
-NNNNNN ran with, written whenever it differs, so each step's settings stay on record."""
+NNNNNN ran with, written whenever it differs, so each step's settings stay on record.
+
+The user simulator a run is judged by (`environment_identity`: its rules and dynamics, how agent turns are read) is
+held to the same rule: usersim.json at the start, usersim.resume_NNNNNN.json where a resume differs. Code that reads
+replies another way (a new READING_VERSION or AGENT_READING_VERSION) changes it without any setting changing, so
+the refusal names it under `user_simulator.`."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +26,8 @@ from omegaconf.errors import OmegaConfBaseException
 from sead.config import RETIRED
 from sead.errors import SEADInputError
 from sead.run.atomic import write_text_atomic
-from sead.run.layout import RunLayout
+from sead.run.layout import RunLayout, resume_records
+from sead.usersim.base import comparable_environment
 
 log = logging.getLogger(__name__)
 
@@ -33,21 +40,27 @@ MAY_CHANGE = ("trainer.iterations", "trainer.max_minutes", "trainer.save_every",
 SHOWN = 12  # differing keys named in the refusal; a forgotten preset changes dozens
 
 
-def write_start_config(run_dir: Path, cfg: DictConfig) -> Path:
-    """A run starting at step 0: its config becomes config.yaml; resume records of an earlier start go."""
+def write_start_config(run_dir: Path, cfg: DictConfig, environment: dict) -> Path:
+    """A run starting at step 0: its config becomes config.yaml and its user simulator usersim.json; resume records
+    of an earlier start go."""
     layout = RunLayout(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    for path in layout.resume_configs().values():
+    for path in [*layout.resume_configs().values(), *layout.resume_usersims().values()]:
         path.unlink()
     write_text_atomic(layout.config, OmegaConf.to_yaml(cfg))
+    write_text_atomic(layout.usersim, json.dumps(environment, indent=2))
     return layout.config
 
 
+def in_effect(original: Path, step: int) -> Path:
+    """The file of a run (config.yaml, usersim.json) in effect at `step`: its newest resume record at or before it,
+    else the one the run started with."""
+    earlier = {s: p for s, p in resume_records(original).items() if s <= step}
+    return earlier[max(earlier)] if earlier else original
+
+
 def config_in_effect(run_dir: Path, step: int) -> Path:
-    """The config file that was in effect at `step`: the newest resume record at or before it, else config.yaml."""
-    layout = RunLayout(run_dir)
-    earlier = [s for s in layout.resume_configs() if s <= step]
-    return layout.resume_config(max(earlier)) if earlier else layout.config
+    return in_effect(RunLayout(run_dir).config, step)
 
 
 def read_saved_config(path: Path) -> DictConfig:
@@ -120,33 +133,60 @@ def with_saved_settings(cfg: DictConfig, defaults: DictConfig, overrides: Sequen
     return saved
 
 
-def resume_config(run_dir: Path, cfg: DictConfig, step: int) -> Path:
-    """Check `cfg` against the config in effect at checkpoint `step`; return the config file now in effect."""
+def read_saved_environment(path: Path) -> dict | None:
+    """A run's recorded user simulator; None where the run has none on file."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SEADInputError(f"cannot read the run's user simulator record ({e}); restore it", path=path) from None
+
+
+def environment_changes(saved: dict | None, environment: dict) -> dict[str, tuple[Any, Any]]:
+    """How the user simulator differs from the one on record, as `user_simulator.<key>` -> (before, after)."""
+    if saved is None:
+        return {}
+    changes = changed_settings(comparable_environment(saved), comparable_environment(environment))
+    return {f"user_simulator.{k}": v for k, v in changes.items()}
+
+
+def resume_config(run_dir: Path, cfg: DictConfig, step: int, environment: dict) -> Path:
+    """Check `cfg` and the user simulator (`environment`) against those in effect at checkpoint `step`; return the
+    config file now in effect."""
     layout = RunLayout(run_dir)
     saved_path = config_in_effect(run_dir, step)
-    for later, path in layout.resume_configs().items():
-        if later > step:  # describes steps that are about to be replayed
-            path.unlink()
+    saved_environment_path = in_effect(layout.usersim, step)
+    saved_environment = read_saved_environment(saved_environment_path)
     saved = OmegaConf.to_container(read_saved_config(saved_path))
     changes = changed_settings(saved, OmegaConf.to_container(cfg))
-    if not changes:
-        return saved_path
-    defining = {k: v for k, v in changes.items() if not under(k, MAY_CHANGE)}
+    user_changes = environment_changes(saved_environment, environment)
+    defining = {k: v for k, v in changes.items() if not under(k, MAY_CHANGE)} | user_changes
     if defining and not cfg.get("resume_allow_changes", False):
         raise SEADInputError(
             f"resume=true with settings that define the run changed: {describe_changes(defining)}. Resume with the "
-            "run's own settings (the values in this file), or pass resume_allow_changes=true to continue with the new "
-            "ones (both configs are kept)",
+            "run's own settings (the values in this file and its user simulator, "
+            f"{saved_environment_path.name}), or pass resume_allow_changes=true to continue with the new ones (both "
+            "are kept)",
             path=saved_path,
         )
-    in_effect = layout.resume_config(step)
-    write_text_atomic(in_effect, OmegaConf.to_yaml(cfg))
+    for later, path in [*layout.resume_configs().items(), *layout.resume_usersims().items()]:
+        if later > step:  # describes steps that are about to be replayed
+            path.unlink()
+    environment_file = saved_environment_path
+    if user_changes or saved_environment is None:  # a run from before usersim.json records its simulator from here
+        environment_file = layout.resume_usersim(step)
+        write_text_atomic(environment_file, json.dumps(environment, indent=2))
+    config_file = saved_path
+    if changes:
+        config_file = layout.resume_config(step)
+        write_text_atomic(config_file, OmegaConf.to_yaml(cfg))
     if defining:
         log.warning(
-            "resume_allow_changes=true: from step %d the run continues with %s (config: %s; before: %s)",
+            "resume_allow_changes=true: from step %d the run continues with %s (now in effect: %s, %s)",
             step,
             describe_changes(defining),
-            in_effect.name,
-            saved_path.name,
+            config_file.name,
+            environment_file.name,
         )
-    return in_effect
+    return config_file

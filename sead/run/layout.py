@@ -6,6 +6,7 @@ here and nowhere else:
   config.yaml                   the resolved config the run started with (frozen once it has a checkpoint)
   config.resume_NNNNNN.yaml     the config a resume from step NNNNNN ran with, where it differs
   usersim.json                  the user simulator's identity and settings, and how agent turns are read
+  usersim.resume_NNNNNN.json    the same for a resume from step NNNNNN, where it differs (resume_allow_changes)
   machine.json                  CPU, flags, torch, threads and the precision chosen, one record per start (embedded)
   rollouts/step_NNNNNN.jsonl    every training dialogue (profile, transcript, statuses, reward, token ids + mask)
   rollouts/branches_NNNNNN.jsonl  the step's branched dialogues (trainer.branch), which start from a replayed prefix
@@ -24,7 +25,6 @@ here and nowhere else:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,15 +90,17 @@ class RunLayout:
     response_cache = Entry("response_cache.jsonl")
 
     def resume_config(self, step: int) -> Path:
-        return self.path / f"config.resume_{step:06d}.yaml"
+        return resume_record(self.config, step)
 
     def resume_configs(self) -> dict[int, Path]:
-        """Every resume record, by the step it resumed from."""
-        return {
-            int(p.stem.split("_")[-1]): p
-            for p in self.path.glob("config.resume_*.yaml")
-            if p.stem.split("_")[-1].isdigit()
-        }
+        """Every resume record of the config, by the step it resumed from."""
+        return resume_records(self.config)
+
+    def resume_usersim(self, step: int) -> Path:
+        return resume_record(self.usersim, step)
+
+    def resume_usersims(self) -> dict[int, Path]:
+        return resume_records(self.usersim)
 
     def rollouts(self, step: int) -> Path:
         return self.rollouts_dir / f"step_{step:06d}.jsonl"
@@ -145,8 +147,23 @@ class RunLayout:
     def verl_iteration(self, iteration: int) -> Path:
         return self.path / "verl" / f"iter_{iteration:03d}"
 
-    def create(self, environment: dict) -> None:
-        """The folders every backend writes into, and what replies are judged by (`environment_identity`)."""
+    def create(self) -> None:
+        """The folders every backend writes into."""
         for folder in (self.rollouts_dir, self.validation_dir, self.controller_dir, self.checkpoints_dir):
             folder.mkdir(parents=True, exist_ok=True)
-        self.usersim.write_text(json.dumps(environment, indent=2), encoding="utf-8")
+
+
+def resume_record(original: Path, step: int) -> Path:
+    """Beside a file a run starts with (config.yaml), the one a resume from `step` ran with
+    (config.resume_NNNNNN.yaml)."""
+    return original.with_name(f"{original.stem}.resume_{step:06d}{original.suffix}")
+
+
+def resume_records(original: Path) -> dict[int, Path]:
+    """Every resume record of `original`, by the step it resumed from."""
+    found = {}
+    for path in original.parent.glob(f"{original.stem}.resume_*{original.suffix}"):
+        step = path.stem.rpartition("_")[2]
+        if step.isdigit():
+            found[int(step)] = path
+    return found

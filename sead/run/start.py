@@ -1,6 +1,6 @@
 """How a training command takes a run directory: a fresh run never writes over an earlier one, a resume needs a
-run to resume and continues from its newest checkpoint that verifies, under the settings that run was made with.
-Call it while holding `run_dir_lock`."""
+run to resume and continues from its newest checkpoint that verifies, under the settings and the user simulator that
+run was made with. Call it while holding `run_dir_lock`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ class RunStart:
         return int(self.state["step"]) if self.state else 0
 
 
-def start_or_resume(run_dir: Path, cfg: DictConfig) -> RunStart:
+def start_or_resume(run_dir: Path, cfg: DictConfig, environment: dict) -> RunStart:
+    """`environment`: what replies are judged by (`sead.usersim.base.environment_identity`)."""
     layout = RunLayout(run_dir)
     if not cfg.resume:
         if layout.metrics.exists():  # its metrics, rollouts and checkpoints would mix with this run's
@@ -37,7 +38,7 @@ def start_or_resume(run_dir: Path, cfg: DictConfig) -> RunStart:
                 f"{run_dir} already holds a run; pass resume=true to continue it or choose another run_dir",
                 field="run_dir",
             )
-        return RunStart(None, None, write_start_config(run_dir, cfg))
+        return RunStart(None, None, write_start_config(run_dir, cfg, environment))
     if not layout.config.exists() and not layout.metrics.exists():
         raise SEADInputError(
             f"resume=true but {run_dir} holds no run (no {layout.config.name}, no "
@@ -48,6 +49,6 @@ def start_or_resume(run_dir: Path, cfg: DictConfig) -> RunStart:
     found = latest_checkpoint(run_dir)
     if found is None:
         log.warning("resume=true but %s holds no complete checkpoint: starting again from step 0", run_dir)
-        return RunStart(None, None, write_start_config(run_dir, cfg))
+        return RunStart(None, None, write_start_config(run_dir, cfg, environment))
     path, state = found
-    return RunStart(path, state, resume_config(run_dir, cfg, int(state["step"])))
+    return RunStart(path, state, resume_config(run_dir, cfg, int(state["step"]), environment))

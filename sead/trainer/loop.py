@@ -113,7 +113,7 @@ class Trainer:
         asyncio.run(check_endpoint(self.plausibility))
         self.score = EpisodeScorer.for_run(cfg, self.scenario)
         self.layout = RunLayout(Path(str(cfg.run_dir)).resolve())
-        start = start_or_resume(self.layout.path, cfg)
+        start = start_or_resume(self.layout.path, cfg, environment_identity(self.user))
         console.print(f"run directory: {self.layout.path}")
         self.model, self.ref, self.tokenizer, label = build_models(
             self.model_cfg, self.tc, start.checkpoint, self.layout.warmup.model, self.precision.master
@@ -147,7 +147,7 @@ class Trainer:
             self.step, self.budget = start.step, TrainingBudget.resumed(self.tc.max_minutes, start.state)
             console.print(f"resuming from {start.checkpoint} (step {self.step})")
         self.val_profiles = fixed_profiles(self.scenario, self.tc.validation.profiles, self.tc.validation.seed)
-        self.layout.create(environment_identity(self.user))
+        self.layout.create()
         record_machine(self.layout, self.precision, self.step)
         console.print(f"precision: {self.precision.describe()}")
         self.cache = ResponseCache.for_run(self.runner_cfg.response_cache, self.layout.response_cache)

@@ -7,8 +7,10 @@ so every backend is held to the same format and the same repair rules.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
@@ -66,3 +68,10 @@ def environment_identity(user: UserSimulator) -> dict:
     """What a reply is judged by: the simulator's identity and the version of how agent turns are read. Runs and
     evaluations record this, and are reused or compared only where it matches."""
     return {**user.identity(), "agent_reading": AGENT_READING_VERSION}
+
+
+def comparable_environment(identity: dict) -> dict:
+    """What makes two recorded identities (`environment_identity`) one environment: all of it, in JSON's types,
+    with the rules file by name only, since a run moved to another folder or checkout names it by another path."""
+    identity = json.loads(json.dumps(identity))
+    return {**identity, "rules": Path(identity["rules"]).name} if identity.get("rules") else identity

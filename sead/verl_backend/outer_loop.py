@@ -64,7 +64,8 @@ class VerlTrainer:
         self.checked: dict[int, dict | None] = {}  # the plausibility pass's counts per step, for its metrics line
         self.layout = RunLayout(Path(str(cfg.run_dir)).resolve())
         self.model_path, self.step = str(cfg.model.path), 0
-        start = start_or_resume(self.layout.path, cfg)
+        # identity only; the agent-loop workers build their own simulators
+        start = start_or_resume(self.layout.path, cfg, environment_identity(build_usersim(cfg, self.scenario)))
         self.config_file = start.config_file  # what the agent-loop workers read: the settings in effect
         if start.checkpoint:
             self.controller.load_state_dict(start.state["controller"])
@@ -74,8 +75,7 @@ class VerlTrainer:
                 f"the newest checkpoint (step {self.step}) is not at an iteration boundary", field="resume"
             )
         self.val_profiles = fixed_profiles(self.scenario, self.tc.validation.profiles, self.tc.validation.seed)
-        # identity only; the agent-loop workers build their own simulators
-        self.layout.create(environment_identity(build_usersim(cfg, self.scenario)))
+        self.layout.create()
 
     def _rows(self, profiles, split: str) -> list[dict]:
         return profile_rows(
