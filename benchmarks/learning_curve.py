@@ -242,11 +242,11 @@ def refuse_other_settings(run: Path, expected) -> None:
 
 
 def simulator_changes(a: dict | None, b: dict | None) -> str:
-    from sead.run.frozen_config import changed_settings, describe_changes
+    from sead.run.frozen_config import describe_changes, environment_changes
 
     if a is None or b is None:
         return "one was measured before results recorded the simulator"
-    return describe_changes(changed_settings(a, b))
+    return describe_changes(environment_changes(a, b))
 
 
 def refuse_other_simulator(run: Path, cfg) -> None:
@@ -483,7 +483,7 @@ def tables(result: dict) -> list[dict]:
             "rows": arms,
         }
     ]
-    out += [t for t in (where_lost(result["arms"]), lost_to_table(result["arms"])) if t]
+    out += [t for t in (where_lost(result["arms"]), lost_to_table(result["arms"]), concerns_table(result["arms"])) if t]
     out.append(
         {
             "caption": "paired on the same dialogues: exact McNemar, two-sided",
@@ -530,6 +530,15 @@ def lost_to_table(arms: dict, shown: int = 6) -> dict | None:
         "headers": ["arm", *top],
         "rows": [[label, *(str(c.get(why, 0)) for why in top)] for label, c in counts.items()],
     }
+
+
+def concerns_table(arms: dict) -> dict | None:
+    """Per kind of concern, how often each arm's users voiced it and took it as answered: which objections RL
+    taught the agent to answer (runs differ here most: a run that never samples one kind's answer never learns it)."""
+    from sead.eval.report import concern_table
+
+    funnels = {a["label"]: a["funnel"]["concerns"] for a in arms.values() if "concerns" in (a.get("funnel") or {})}
+    return concern_table(funnels, "concerns by kind: answered / voiced") if funnels else None
 
 
 def findings(result: dict) -> list[str]:

@@ -58,7 +58,7 @@ def read_results(path: Path) -> dict:
 
 def check_one_task(results: dict[Path, dict]) -> None:
     """The runs must differ only in their run seed: the same held-out dialogues, the same user, the same warm-up."""
-    from sead.run.frozen_config import changed_settings, describe_changes
+    from sead.run.frozen_config import changed_settings, describe_changes, environment_changes
 
     (first, a), *others = results.items()
     seeds = {first: a["config"]["seed"]}
@@ -69,7 +69,7 @@ def check_one_task(results: dict[Path, dict]) -> None:
                 raise SystemExit(f"{first} and {path} were measured with different {what}s ({why})")
         users = [r["arms"]["warmup_only"].get("user_simulator") for r in (a, b)]
         if None in users or users[0] != users[1]:
-            why = describe_changes(changed_settings(*users)) if None not in users else "one recorded none"
+            why = describe_changes(environment_changes(*users)) if None not in users else "one recorded none"
             raise SystemExit(f"{first} and {path} were measured against different user simulators ({why})")
         if (seed := b["config"]["seed"]) in seeds.values():
             twin = next(p for p, s in seeds.items() if s == seed)

@@ -140,17 +140,38 @@ def stages_acknowledged(ep: Episode) -> int:
     return max(done) + 1 if done else 0
 
 
-def concerns_answered(ep: Episode) -> float | None:
-    """Share of the concerns the user voiced that it then took as answered (an open concern closes only so;
-    one still open when the dialogue ends was not)."""
-    voiced = answered = 0
+def voiced_concerns(ep: Episode) -> list[tuple[str, bool]]:
+    """(kind, answered) for each concern the user voiced, in order: answered when the user then let it go (an open
+    concern closes only so; one still open when the dialogue ends was not)."""
+    out: list[tuple[str, bool]] = []
     open_concern = None
     for report in user_reports(ep):
         now = report.get("active_concern")
-        answered += open_concern is not None and now != open_concern
-        voiced += now is not None and now != open_concern
+        if open_concern is not None and now != open_concern:
+            out[-1] = (open_concern, True)
+        if now is not None and now != open_concern:
+            out.append((now, False))
         open_concern = now
-    return answered / voiced if voiced else None
+    return out
+
+
+def concerns_answered(ep: Episode) -> float | None:
+    """Share of the concerns the user voiced that it then took as answered."""
+    voiced = voiced_concerns(ep)
+    return sum(answered for _, answered in voiced) / len(voiced) if voiced else None
+
+
+def concerns_by_kind(episodes: Iterable[Episode]) -> dict[str, dict[str, int]]:
+    """Per kind of concern, how often users voiced it and took it as answered, most voiced first: which
+    objections an agent has learned to answer and which it loses calls on (one kind wholly missed shows here,
+    where the overall CAR hides it)."""
+    voiced, answered = Counter(), Counter()
+    for e in episodes:
+        for kind, ok in voiced_concerns(e):
+            voiced[kind] += 1
+            answered[kind] += ok
+    order = sorted(voiced, key=lambda k: (-voiced[k], k))
+    return {k: {"voiced": voiced[k], "answered": answered[k]} for k in order}
 
 
 def concern_open_at_end(ep: Episode) -> bool:
@@ -169,7 +190,7 @@ def reports_stages(valid: Sequence[Episode]) -> bool:
 def funnel(episodes: Sequence[Episode]) -> dict:
     """The SOP funnel on the user's side. `acknowledged[k]`: dialogues with more than k stages acknowledged
     (k = 0: at least one). `lost[k]`: failed dialogues that ended with k stages acknowledged (stage k was due),
-    split by whether the user still held a concern open."""
+    split by whether the user still held a concern open. `concerns`: `concerns_by_kind`."""
     acked = [stages_acknowledged(e) for e in episodes]
     lost: dict[str, dict[str, int]] = {}
     for e, k in zip(episodes, acked):
@@ -182,6 +203,7 @@ def funnel(episodes: Sequence[Episode]) -> dict:
         "acknowledged": [sum(a > k for a in acked) for k in range(max(acked, default=0))],
         "lost": dict(sorted(lost.items(), key=lambda kv: int(kv[0]))),
         "lost_to": dict(sorted(Counter(objections).items(), key=lambda kv: (-kv[1], kv[0]))),  # most first
+        "concerns": concerns_by_kind(episodes),
     }
 
 

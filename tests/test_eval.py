@@ -243,6 +243,15 @@ def test_several_models_give_a_comparison_table(tmp_path):
     assert rows["scripted-reference"] == f"{100 * ref['metrics']['CR']['mean']:.1f}"
     assert rows["scripted-sop_ignoring"] == "0.0"
     assert "<table" in (tmp_path / "cmp" / "comparison.html").read_text()
+    # the concerns by kind, one column per model, each cell the model's own count from its results
+    at = md.index("Concerns by kind: answered / voiced (scripted user)")
+    assert md[at + 2].startswith("| concern | scripted-reference | scripted-sop_ignoring |")
+    kinds = ref["funnel"]["concerns"]
+    cells = {l.split("|")[1].strip(): l.split("|")[2].strip() for l in md[at + 4 :] if l.startswith("|")}
+    assert kinds and set(cells) >= set(kinds)
+    for kind, c in kinds.items():
+        assert cells[kind] == f"{c['answered']} / {c['voiced']} ({c['answered'] / c['voiced']:.0%})"
+    assert sum(c["answered"] for c in kinds.values()) > 0
 
 
 def test_api_agent_against_an_api_user_simulator(tmp_path, restaurant, capsys):

@@ -45,6 +45,10 @@ def test_viewer_renders_filters_and_keeps_script_as_text(tmp_path, restaurant):
     write_eval_report(folder, "scripted-reference", results, episodes, restaurant.space)
     html = (folder / "report.html").read_text()
     assert EVIL not in html  # never raw in the page
+    kinds = results["funnel"]["concerns"]  # the reference agent meets voiced concerns in 12 calls
+    assert kinds and "Concerns by kind" in html
+    for kind, c in kinds.items():
+        assert f"<td>{kind}</td>" in html and f"{c['answered']} / {c['voiced']} (" in html
 
     with chromium_page(folder / "report.html") as page:
         check_viewer(page, episodes)

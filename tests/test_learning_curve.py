@@ -11,7 +11,8 @@ from benchmark_scripts import load_benchmark
 from safetensors.torch import load_file
 
 from sead.config import load_config
-from sead.metrics import mcnemar_exact, wilson_interval
+from sead.dialogue import Episode, read_rollouts
+from sead.metrics import concerns_by_kind, mcnemar_exact, wilson_interval
 from sead.run.layout import RunLayout
 from sead.run.paired import paired_comparison, validation_outcomes
 from sead.scenario.tags import AGENT_READING_VERSION
@@ -118,6 +119,12 @@ def test_every_arm_reports_cr_with_its_wilson_ci_and_the_user_side_measures(quic
         assert lost == arm["n"] - arm["completed"]  # every failed dialogue is placed in the funnel once
         assert sum(arm["funnel"]["lost_to"].values()) >= lost  # and by what it was lost to, at least once
     assert "what the user objected to in its last turn" in page
+    for arm in result["arms"].values():  # the concerns by kind are those of the arm's own dialogues
+        episodes = [Episode.from_dict(r) for r in read_rollouts(arm["dialogues"])]
+        assert arm["funnel"]["concerns"] == concerns_by_kind(e for e in episodes if not e.sim_error)
+    voiced = {k for a in result["arms"].values() for k in a["funnel"]["concerns"]}
+    assert ("concerns by kind: answered / voiced" in page) == bool(voiced)
+    assert all(f"<td>{kind}</td>" in page for kind in voiced)
     assert [a["grpo_steps"] for a in result["arms"].values()] == [0, 0, QUICK_STEPS, QUICK_STEPS]
     assert result["held_out"] == {"profiles": 3, "trials": 2, "seed": 4242}  # --quick never plays the held-out seed
 

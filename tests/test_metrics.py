@@ -14,6 +14,7 @@ from sead.metrics import (
     HackMonitor,
     compute_metrics,
     concerns_answered,
+    concerns_by_kind,
     cost,
     funnel,
     lost_to,
@@ -21,6 +22,7 @@ from sead.metrics import (
     stages_acknowledged,
     summarise,
     token_totals,
+    voiced_concerns,
     wilson_interval,
 )
 from sead.scenario.profiles import Profile
@@ -397,6 +399,31 @@ def test_funnel_by_hand():
     assert compute_metrics([won, fees, flat, early], SPACE)["funnel"] == f
     # none of these reported objections: each lost call is placed by how it ended
     assert f["lost_to"] == {"(turn_limit)": 3}
+
+
+def test_concerns_by_kind_by_hand():
+    # "scam" voiced, answered by being replaced with "fees" at once, which stays open to the end; a cached reply ({})
+    # changes nothing; "scam" voiced again in another call and let go; "fees" voiced and left open when it ended
+    swap = _reported(
+        {"stage_done": 0, "active_concern": "scam"}, {"stage_done": 0, "active_concern": "fees"}, {}, {"stage_done": 1}
+    )
+    assert voiced_concerns(swap) == [("scam", True), ("fees", True)]  # a report without a concern closes "fees"
+    again = _reported(
+        {"stage_done": 0, "active_concern": "scam"},
+        {"stage_done": 0, "active_concern": None},
+        {"stage_done": 0, "active_concern": "scam"},
+    )
+    assert voiced_concerns(again) == [("scam", True), ("scam", False)]
+    left = _reported({"stage_done": 0, "active_concern": "fees"}, {"stage_done": 0, "active_concern": "fees"})
+    assert voiced_concerns(left) == [("fees", False)] and concerns_answered(left) == 0.0
+    by = concerns_by_kind([swap, again, left, _reported()])
+    # most voiced first, ties by name; each kind's answered share is what CAR hides when one kind is always missed
+    assert list(by.items()) == [("scam", {"voiced": 3, "answered": 2}), ("fees", {"voiced": 2, "answered": 1})]
+    tie = concerns_by_kind([left, _reported({"stage_done": 0, "active_concern": "cost"})])
+    assert list(tie) == ["cost", "fees"]
+    assert funnel([swap, again, left])["concerns"] == by
+    # CAR per dialogue agrees with the per-kind record it is now read from
+    assert [concerns_answered(e) for e in (swap, again, left)] == [1.0, 0.5, 0.0]
 
 
 def test_lost_to_counts_the_objections_of_the_last_reported_turn():

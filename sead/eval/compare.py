@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from sead.eval.report import render_page
+from sead.eval.report import concern_table, render_page
 
 HEADERS = [
     "Method",
@@ -75,18 +75,28 @@ def comparison_rows(named_results: Sequence[tuple[str, dict]]) -> list[list[str]
     return rows
 
 
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(headers) + " |",
+        "|" + "---|" * len(headers),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
 def write_comparison(out_dir: Path, named_results: Sequence[tuple[str, dict]]) -> tuple[Path, Path]:
-    rows = comparison_rows(named_results)
-    md = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    md += ["| " + " | ".join(row) + " |" for row in rows]
+    tables = [{"caption": "Main table", "headers": HEADERS, "rows": comparison_rows(named_results)}]
+    concerns = concern_table(
+        {name: (r.get("funnel") or {}).get("concerns") or {} for name, r in named_results},
+        "Concerns by kind: answered / voiced (scripted user)",
+    )
+    if concerns:  # results of simulators that report concerns, written since sead.metrics.concerns_by_kind
+        tables.append(concerns)
     hashes = sorted({r["settings"]["testset"]["hash"] for _, r in named_results})
     note = f"test set {', '.join(hashes)}; mean±std; CR CI: 95% bootstrap; cost per the configured prices"
+    md = markdown_table(HEADERS, tables[0]["rows"]) + [f"\n{note}"]
+    for t in tables[1:]:
+        md += [f"\n{t['caption']}\n", *markdown_table(t["headers"], t["rows"])]
     md_path = out_dir / "comparison.md"
-    md_path.write_text("\n".join(md) + f"\n\n{note}\n", encoding="utf-8")
-    html = render_page(
-        out_dir / "comparison.html",
-        title="SEAD evaluation: comparison",
-        subtitle=[note],
-        tables=[{"caption": "Main table", "headers": HEADERS, "rows": rows}],
-    )
+    md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
+    html = render_page(out_dir / "comparison.html", title="SEAD evaluation: comparison", subtitle=[note], tables=tables)
     return md_path, html

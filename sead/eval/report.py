@@ -6,6 +6,7 @@ dialogue that contains markup or `<script>` is shown as text and never run."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -117,6 +118,29 @@ def lost_to_rows(lost_to: dict[str, int], failed: int) -> list[list[str]]:
     return [[why, str(n), f"{n / failed:.2f}" if failed else "n/a"] for why, n in lost_to.items()]
 
 
+def answered_cell(counts: dict[str, int] | None) -> str:
+    """One kind of concern's `answered / voiced (share)` (`sead.metrics.concerns_by_kind`); "–" where never voiced."""
+    if not counts or not counts["voiced"]:
+        return "–"
+    return f"{counts['answered']} / {counts['voiced']} ({counts['answered'] / counts['voiced']:.0%})"
+
+
+def concern_table(columns: dict[str, dict[str, dict[str, int]]], caption: str) -> dict | None:
+    """One row per kind of concern voiced anywhere (most voiced over all columns first), one column per model or
+    arm: where an agent answers the user and where it loses them. None where no column holds a concern."""
+    voiced = Counter()
+    for kinds in columns.values():
+        voiced.update({k: c["voiced"] for k, c in kinds.items()})
+    if not voiced:
+        return None
+    order = sorted(voiced, key=lambda k: (-voiced[k], k))
+    return {
+        "caption": caption,
+        "headers": ["concern", *columns],
+        "rows": [[k, *(answered_cell(kinds.get(k)) for kinds in columns.values())] for k in order],
+    }
+
+
 def setup_rows(results: dict) -> list[list[str]]:
     """What a reader needs to know first: who played whom, on which profiles, with which decoding.
     The full settings stay machine-readable in results.json."""
@@ -189,6 +213,12 @@ def write_eval_report(
                 "rows": lost_to_rows(results["funnel"]["lost_to"], results["counts"]["failed"]),
             }
         )
+    concerns = concern_table(
+        {"answered / voiced": (results.get("funnel") or {}).get("concerns") or {}},
+        "Concerns by kind: how often the user voiced each and then took it as answered",
+    )
+    if concerns:
+        tables.append(concerns)
     if results.get("hack_monitors"):
         tables.append(
             {
