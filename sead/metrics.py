@@ -140,6 +140,11 @@ def stages_acknowledged(ep: Episode) -> int:
     return max(done) + 1 if done else 0
 
 
+def most_first(counts: Mapping[str, int]) -> list[str]:
+    """The keys of `counts`, most counted first, ties by name: the order of every per-reason and per-kind table."""
+    return sorted(counts, key=lambda k: (-counts[k], k))
+
+
 def voiced_concerns(ep: Episode) -> list[tuple[str, bool]]:
     """(kind, answered) for each concern the user voiced, in order: answered when the user then let it go (an open
     concern closes only so; one still open when the dialogue ends was not)."""
@@ -170,8 +175,7 @@ def concerns_by_kind(episodes: Iterable[Episode]) -> dict[str, dict[str, int]]:
         for kind, ok in voiced_concerns(e):
             voiced[kind] += 1
             answered[kind] += ok
-    order = sorted(voiced, key=lambda k: (-voiced[k], k))
-    return {k: {"voiced": voiced[k], "answered": answered[k]} for k in order}
+    return {k: {"voiced": voiced[k], "answered": answered[k]} for k in most_first(voiced)}
 
 
 def concern_open_at_end(ep: Episode) -> bool:
@@ -197,12 +201,12 @@ def funnel(episodes: Sequence[Episode]) -> dict:
         if not e.success:
             row = lost.setdefault(str(k), {"concern_open": 0, "no_concern_open": 0})
             row["concern_open" if concern_open_at_end(e) else "no_concern_open"] += 1
-    objections = [o for e in episodes if not e.success for o in lost_to(e)]
+    objections = Counter(o for e in episodes if not e.success for o in lost_to(e))
     return {
         "dialogues": len(episodes),
         "acknowledged": [sum(a > k for a in acked) for k in range(max(acked, default=0))],
         "lost": dict(sorted(lost.items(), key=lambda kv: int(kv[0]))),
-        "lost_to": dict(sorted(Counter(objections).items(), key=lambda kv: (-kv[1], kv[0]))),  # most first
+        "lost_to": {why: objections[why] for why in most_first(objections)},
         "concerns": concerns_by_kind(episodes),
     }
 

@@ -14,6 +14,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sead.dialogue import Episode
 from sead.eval.plots import cr_by_value_plot, cr_heatmap, data_uri, funnel_plot, heatmap_pairs, outcome_plot
+from sead.metrics import most_first
 from sead.scenario import ProfileSpace
 
 SUMMARY_METRICS = ("CR", "ACK", "CAR", "FPR", "SCR", "ATT", "ADT", "UPA", "EI", "TI", "CI")
@@ -133,11 +134,10 @@ def concern_table(columns: dict[str, dict[str, dict[str, int]]], caption: str) -
         voiced.update({k: c["voiced"] for k, c in kinds.items()})
     if not voiced:
         return None
-    order = sorted(voiced, key=lambda k: (-voiced[k], k))
     return {
         "caption": caption,
         "headers": ["concern", *columns],
-        "rows": [[k, *(answered_cell(kinds.get(k)) for kinds in columns.values())] for k in order],
+        "rows": [[k, *(answered_cell(kinds.get(k)) for kinds in columns.values())] for k in most_first(voiced)],
     }
 
 
