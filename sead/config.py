@@ -233,6 +233,7 @@ class ControllerConfig:
     eps: float = number(0.05, gt=0, le=1)  # floor of weights that are then normalised: at 0 all could vanish
     min_count: int = number(1, ge=1)
     window: int = number(1, ge=1)  # updates whose dialogues the rule reads (this one and window - 1 before it)
+    concern_focus: float = number(0.0, ge=0)  # sead.controller.concern_focus: 0 draws behaviours uniformly
     marginals: Any = None
     plausibility: PlausibilityConfig = dataclasses.field(default_factory=PlausibilityConfig)
 
@@ -262,23 +263,31 @@ def build_controller(cfg: DictConfig, scenario):
     # One reweighting per iteration, derived rather than set twice: the verl backend writes an iteration's profiles
     # before it starts, so the controller can only change between iterations, and both backends must agree.
     every = group_config(cfg, "trainer").steps_per_iteration
-    return ProfileController(scenario, rule, seed=int(cfg.seed), update_every=every, window=c.window)
+    warn_if_not_scripted(cfg, "controller.concern_focus", c.concern_focus, "so behaviours are drawn uniformly")
+    return ProfileController(
+        scenario, rule, seed=int(cfg.seed), update_every=every, window=c.window, concern_focus=c.concern_focus
+    )
 
 
 def reward_weights(cfg: DictConfig):
     weights = group_config(cfg, "reward")
-    simulator = (cfg.get("usersim") or {}).get("name", "scripted")
     for term in ("stage_progress", "concerns_answered"):
-        if getattr(weights, term) and simulator != "scripted":
-            # Measured on the user's side, and only the scripted user reports it (see sead/reward.py).
-            logging.getLogger(__name__).warning(
-                "reward.%s=%s has no effect with the %s simulator: it reports no acknowledged SOP stages or "
-                "answered concerns, so the term is 0",
-                term,
-                getattr(weights, term),
-                simulator,
-            )
+        warn_if_not_scripted(cfg, f"reward.{term}", getattr(weights, term), "so the term is 0")
     return weights
+
+
+def warn_if_not_scripted(cfg: DictConfig, setting: str, value, consequence: str) -> None:
+    """Settings that read what the user acknowledged (SOP stages, answered concerns): only the scripted user
+    reports it (see sead/reward.py), so under another simulator a set value does nothing."""
+    simulator = (cfg.get("usersim") or {}).get("name", "scripted")
+    if value and simulator != "scripted":
+        logging.getLogger(__name__).warning(
+            "%s=%s has no effect with the %s simulator: it reports no acknowledged SOP stages or answered concerns, %s",
+            setting,
+            value,
+            simulator,
+            consequence,
+        )
 
 
 def runner_config(cfg: DictConfig):

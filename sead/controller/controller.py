@@ -10,6 +10,7 @@ from collections import deque
 
 import numpy as np
 
+from sead.controller.concern_focus import behaviour_probs, kind_weights
 from sead.controller.curriculum import CurriculumRule
 from sead.controller.stats import CompletionStats, state_label
 from sead.errors import SEADInputError
@@ -18,16 +19,31 @@ from sead.scenario.scenario import Scenario
 
 
 class ProfileController:
-    def __init__(self, scenario: Scenario, rule: CurriculumRule, *, seed: int, update_every: int = 10, window: int = 1):
+    def __init__(
+        self,
+        scenario: Scenario,
+        rule: CurriculumRule,
+        *,
+        seed: int,
+        update_every: int = 10,
+        window: int = 1,
+        concern_focus: float = 0.0,
+    ):
         if update_every < 1:
             raise SEADInputError(f"must be >= 1, got {update_every}", field="trainer.steps_per_iteration")
         if window < 1:
             raise SEADInputError(f"must be >= 1, got {window}", field="controller.window")
+        if not concern_focus >= 0:
+            raise SEADInputError(f"must be >= 0, got {concern_focus}", field="controller.concern_focus")
+        self.concern_focus = float(concern_focus)
         self.scenario, self.rule, self.update_every = scenario, rule, update_every
         self.states = rule.states
         self.dims = scenario.space.sampled_names
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.probs = rule.initial()
+        # None draws behaviours uniformly through numpy's own path, so runs and evaluation sets drawn without
+        # concern_focus keep the profiles they always had (a uniform p would change the random stream)
+        self.behaviour_probs: list[float] | None = None
         self.window = CompletionStats(self.dims)  # dialogues since the last update
         # the windows of the updates before it that the rule still reads: with few dialogues per update over many
         # joint states, one window leaves most states below the rule's min_count, so it could never act
@@ -43,17 +59,21 @@ class ProfileController:
         for _ in range(n):
             state = self.states[self.rng.choice(len(self.states), p=self.probs)]
             k = int(self.rng.integers(lo, hi + 1))
-            picks = self.rng.choice(len(texts), size=k, replace=False)
+            picks = self.rng.choice(len(texts), size=k, replace=False, p=self.behaviour_probs)
             out.append(Profile.make(dict(zip(self.dims, (int(v) for v in state))), [texts[i] for i in picks]))
         self.drawn += n
         return out
 
-    def observe(self, profile: Profile, success: bool | None) -> None:
-        """Record one finished dialogue. `success=None` marks a simulator error: counted apart, never a failure."""
+    def observe(self, profile: Profile, success: bool | None, concerns: list[tuple[str, bool]] = ()) -> None:
+        """Record one finished dialogue and the (kind, answered) of each concern its user voiced
+        (`sead.metrics.voiced_concerns`). `success=None` marks a simulator error: counted apart, never a failure,
+        and its concerns are not read."""
         if success is None:
             self.window.sim_errors += 1
-        else:
-            self.window.record(profile.key(), success)
+            return
+        self.window.record(profile.key(), success)
+        for kind, answered in concerns:
+            self.window.record_concern(kind, answered)
 
     def end_step(self) -> dict | None:
         """Count a training step; every `update_every` steps, reweight and return the update report."""
@@ -72,6 +92,14 @@ class ProfileController:
         self.probs = new
         self.updates += 1
         report = self._report(stats, old, new, reason)
+        if self.concern_focus:
+            kinds = kind_weights(self.scenario.library, stats, self.concern_focus)
+            self.behaviour_probs = behaviour_probs(self.scenario.library, kinds)
+            report["concern_focus"] = {"focus": self.concern_focus, "kinds": kinds}
+            top, k = max(kinds.items(), key=lambda kv: kv[1]["weight"])  # the step log says where draws now lean
+            report["reason"] += (
+                f"; concern focus: {top} {k['share']:.0%} of draws (answered {k['answered']}/{k['voiced']})"
+            )
         self.earlier.append(self.window)  # with window 1 (maxlen 0) nothing is kept
         self.window = CompletionStats(self.dims)
         return report
@@ -114,6 +142,8 @@ class ProfileController:
             "rule": self.rule.name,
             "states": [state_label(s) for s in self.states],
             "probs": list(self.probs),
+            "concern_focus": self.concern_focus,
+            "behaviour_probs": self.behaviour_probs,
             "window": self.window.to_dict(),
             "earlier": [w.to_dict() for w in self.earlier],
             "steps": self.steps,
@@ -129,7 +159,20 @@ class ProfileController:
                 f"(rule {self.rule.name!r} over {len(self.states)} states)",
                 field="controller",
             )
+        if float(d.get("concern_focus", 0.0)) != self.concern_focus:
+            raise SEADInputError(
+                f"saved controller has concern_focus {d.get('concern_focus', 0.0)}, this config "
+                f"{self.concern_focus}: the run would continue drawing behaviours another way",
+                field="controller.concern_focus",
+            )
         self.probs = [float(p) for p in d["probs"]]
+        saved = d.get("behaviour_probs")
+        if saved is not None and len(saved) != len(self.scenario.library):
+            raise SEADInputError(
+                f"saved controller weighs {len(saved)} behaviours, the library has {len(self.scenario.library)}",
+                field="controller.concern_focus",
+            )
+        self.behaviour_probs = None if saved is None else [float(p) for p in saved]
         self.window = CompletionStats.from_dict(d["window"])
         self.earlier.clear()  # a state saved before windows were kept has none; one kept longer keeps its newest
         self.earlier.extend(CompletionStats.from_dict(w) for w in d.get("earlier", []))

@@ -1,5 +1,6 @@
 """Completion statistics keyed on the *sampled* profile state (the original keyed them on the first state the
-simulator reported, which mixes up what the controller chose with how the agent's first turn went)."""
+simulator reported, which mixes up what the controller chose with how the agent's first turn went), and per kind of
+concern, how often users voiced it and took it as answered (what `controller.concern_focus` reads)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,17 @@ class CompletionStats:
     dims: tuple[str, ...]
     counts: dict[tuple[int, ...], list[int]] = field(default_factory=dict)  # state -> [dialogues, successes]
     sim_errors: int = 0
+    concerns: dict[str, list[int]] = field(default_factory=dict)  # kind -> [voiced, answered]
 
     def record(self, state: tuple[int, ...], success: bool) -> None:
         entry = self.counts.setdefault(tuple(state), [0, 0])
         entry[0] += 1
         entry[1] += int(bool(success))
+
+    def record_concern(self, kind: str, answered: bool) -> None:
+        entry = self.concerns.setdefault(kind, [0, 0])
+        entry[0] += 1
+        entry[1] += int(bool(answered))
 
     @property
     def total(self) -> int:
@@ -50,6 +57,7 @@ class CompletionStats:
             "dims": list(self.dims),
             "sim_errors": self.sim_errors,
             "counts": {state_label(k): v for k, v in sorted(self.counts.items())},
+            "concerns": dict(sorted(self.concerns.items())),
         }
 
     @classmethod
@@ -57,14 +65,16 @@ class CompletionStats:
         """One window holding every dialogue of `windows` (same dims)."""
         out = cls(windows[0].dims)
         for w in windows:
-            for state, (n, s) in w.counts.items():
-                entry = out.counts.setdefault(state, [0, 0])
-                entry[0] += n
-                entry[1] += s
+            for table, pooled in ((w.counts, out.counts), (w.concerns, out.concerns)):
+                for key, (n, s) in table.items():
+                    entry = pooled.setdefault(key, [0, 0])
+                    entry[0] += n
+                    entry[1] += s
             out.sim_errors += w.sim_errors
         return out
 
     @classmethod
     def from_dict(cls, d: dict) -> CompletionStats:
         counts = {tuple(int(x) for x in k.split(",")): [int(n), int(s)] for k, (n, s) in d["counts"].items()}
-        return cls(tuple(d["dims"]), counts, int(d.get("sim_errors", 0)))
+        concerns = {k: [int(n), int(a)] for k, (n, a) in d.get("concerns", {}).items()}  # none in older saves
+        return cls(tuple(d["dims"]), counts, int(d.get("sim_errors", 0)), concerns)
