@@ -8,6 +8,8 @@ import pytest
 from sead.config import build_controller, load_config
 from sead.controller import CompletionStats, make_curriculum, write_controller_report
 from sead.errors import SEADInputError
+from sead.run.fixed_profiles import fixed_profiles
+from sead.scenario.profiles import Profile
 
 
 def controller(restaurant, *overrides):
@@ -126,6 +128,28 @@ def test_without_concern_focus_the_concerns_seen_change_no_draw(restaurant):
         ctl.observe(ctl.sample(1)[0], False, concerns)
         assert "concern_focus" not in ctl.end_step()
     assert fed.behaviour_probs is None and fed.sample(50) == plain.sample(50)
+
+
+def test_the_held_out_set_draws_the_profiles_earlier_versions_drew(restaurant):
+    """benchmarks/RESULTS.md compares runs of many sessions on the learning curve's held-out seed (618033): a
+    change to how behaviours are drawn must leave it as it was (first and last of its 200 users, as drawn before
+    concern_focus existed)."""
+    drawn = fixed_profiles(restaurant, 200, seed=618033)
+    assert drawn[0] == Profile.make(
+        {"cooperation": 3, "emotion": 1, "trust": 3},
+        [
+            "Asks the caller to repeat the whole offer from the start.",
+            "Asks whether money will be deducted automatically from their account.",
+            "Says they prefer promoting through social media instead.",
+        ],
+    )
+    assert drawn[-1] == Profile.make(
+        {"cooperation": 3, "emotion": 2, "trust": 4},
+        [
+            "Asks for a customer-service phone number to call later.",
+            "Asks whether they can click their own ads to use up the credit.",
+        ],
+    )
 
 
 def test_concern_focus_with_a_simulator_that_reports_no_concerns_is_called_out(restaurant, caplog):
