@@ -91,7 +91,14 @@ def test_concern_focus_draws_more_users_with_the_kinds_answered_least(restaurant
     report = ctl.end_step()
     kinds = report["concern_focus"]["kinds"]
     share = kinds["Operational_Concerns"]["share"]
-    assert report["reason"].endswith(f"concern focus: Operational_Concerns {share:.0%} of draws (answered 0/8)")
+    assert report["reason"].endswith(
+        f"focus: Operational_Concerns weighed most (2.80; answered 0/8; {share:.0%} of draws)"
+    )
+    alike = controller(restaurant, "controller.concern_focus=2", "trainer.steps_per_iteration=1")
+    alike.observe(alike.sample(1)[0], True)  # no concern voiced: every kind at the prior
+    assert alike.end_step()["reason"].endswith(
+        "concern focus: every kind weighed alike (none answered more than another)"
+    )
     # w = 1 + f (1 - a), a = (answered + 1) / (voiced + 2); a kind not voiced counts as half answered
     assert kinds["Cost_Concerns"]["weight"] == pytest.approx(1 + 2 * (1 - 9 / 10))
     assert kinds["Operational_Concerns"]["weight"] == pytest.approx(1 + 2 * (1 - 1 / 10))

@@ -96,10 +96,7 @@ class ProfileController:
             kinds = kind_weights(self.scenario.library, stats, self.concern_focus)
             self.behaviour_probs = behaviour_probs(self.scenario.library, kinds)
             report["concern_focus"] = {"focus": self.concern_focus, "kinds": kinds}
-            top, k = max(kinds.items(), key=lambda kv: kv[1]["weight"])  # the step log says where draws now lean
-            report["reason"] += (
-                f"; concern focus: {top} {k['share']:.0%} of draws (answered {k['answered']}/{k['voiced']})"
-            )
+            report["reason"] += "; concern focus: " + _leaning(kinds)  # the step log says where draws now lean
         self.earlier.append(self.window)  # with window 1 (maxlen 0) nothing is kept
         self.window = CompletionStats(self.dims)
         return report
@@ -178,6 +175,13 @@ class ProfileController:
         self.earlier.extend(CompletionStats.from_dict(w) for w in d.get("earlier", []))
         self.steps, self.updates, self.drawn = int(d["steps"]), int(d["updates"]), int(d["drawn"])
         self.rng.bit_generator.state = d["rng"]
+
+
+def _leaning(kinds: dict[str, dict]) -> str:
+    top, k = max(kinds.items(), key=lambda kv: kv[1]["weight"])
+    if k["weight"] == min(v["weight"] for v in kinds.values()):
+        return "every kind weighed alike (none answered more than another)"
+    return f"{top} weighed most ({k['weight']:.2f}; answered {k['answered']}/{k['voiced']}; {k['share']:.0%} of draws)"
 
 
 def _str_keys(marginals: dict[str, dict[int, float]]) -> dict[str, dict[str, float]]:
