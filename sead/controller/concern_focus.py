@@ -19,15 +19,18 @@ from sead.scenario.behaviours import BehaviourLibrary
 
 def kind_weights(library: BehaviourLibrary, stats: CompletionStats, focus: float) -> dict[str, dict]:
     """Per kind of the library: voiced, answered, the weight above and the share of behaviour draws it gets."""
-    kinds = {}
-    for kind, size in library.categories.items():
-        voiced, answered = stats.concerns.get(kind, (0, 0))
-        weight = 1.0 + focus * (1.0 - (answered + 1) / (voiced + 2))
-        kinds[kind] = {"voiced": voiced, "answered": answered, "weight": weight, "mass": weight * size}
-    total = sum(k["mass"] for k in kinds.values())
+    sizes = library.categories
+    counts = {kind: stats.concerns.get(kind, (0, 0)) for kind in sizes}
+    weight = {kind: 1.0 + focus * (1.0 - (answered + 1) / (voiced + 2)) for kind, (voiced, answered) in counts.items()}
+    total = sum(weight[kind] * size for kind, size in sizes.items())
     return {
-        kind: {"voiced": k["voiced"], "answered": k["answered"], "weight": k["weight"], "share": k["mass"] / total}
-        for kind, k in kinds.items()
+        kind: {
+            "voiced": voiced,
+            "answered": answered,
+            "weight": weight[kind],
+            "share": weight[kind] * sizes[kind] / total,
+        }
+        for kind, (voiced, answered) in counts.items()
     }
 
 

@@ -19,14 +19,10 @@ class CompletionStats:
     concerns: dict[str, list[int]] = field(default_factory=dict)  # kind -> [voiced, answered]
 
     def record(self, state: tuple[int, ...], success: bool) -> None:
-        entry = self.counts.setdefault(tuple(state), [0, 0])
-        entry[0] += 1
-        entry[1] += int(bool(success))
+        _add(self.counts, tuple(state), 1, int(bool(success)))
 
     def record_concern(self, kind: str, answered: bool) -> None:
-        entry = self.concerns.setdefault(kind, [0, 0])
-        entry[0] += 1
-        entry[1] += int(bool(answered))
+        _add(self.concerns, kind, 1, int(bool(answered)))
 
     @property
     def total(self) -> int:
@@ -67,9 +63,7 @@ class CompletionStats:
         for w in windows:
             for table, pooled in ((w.counts, out.counts), (w.concerns, out.concerns)):
                 for key, (n, s) in table.items():
-                    entry = pooled.setdefault(key, [0, 0])
-                    entry[0] += n
-                    entry[1] += s
+                    _add(pooled, key, n, s)
             out.sim_errors += w.sim_errors
         return out
 
@@ -78,3 +72,10 @@ class CompletionStats:
         counts = {tuple(int(x) for x in k.split(",")): [int(n), int(s)] for k, (n, s) in d["counts"].items()}
         concerns = {k: [int(n), int(a)] for k, (n, a) in d.get("concerns", {}).items()}  # none in older saves
         return cls(tuple(d["dims"]), counts, int(d.get("sim_errors", 0)), concerns)
+
+
+def _add(table: dict, key, n: int, hits: int) -> None:
+    """Add to a [count, hits] entry: dialogues and successes per state, concerns voiced and answered per kind."""
+    entry = table.setdefault(key, [0, 0])
+    entry[0] += n
+    entry[1] += hits
