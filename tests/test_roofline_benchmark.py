@@ -6,15 +6,28 @@ import math
 
 from benchmark_scripts import load_benchmark
 
+from sead.models import decode_kernel
+
 
 def positive(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
-def test_quick_run_reports_every_figure_against_its_roofline(tiny_model_dir, tmp_path):
+def test_quick_run_reports_every_figure_against_its_roofline(tiny_model_dir, tmp_path, monkeypatch):
     out = tmp_path / "roofline.json"
-    load_benchmark("roofline").main(["--quick", "--model", str(tiny_model_dir), "--out", str(out)])
+    roofline = load_benchmark("roofline")
+    decided_before_timing, split_timing = [], roofline.split_timing
+
+    def first_timing_after_kernels(*args, **kwargs):  # a kernel built inside a timed call counts its compile
+        decided_before_timing.append(decode_kernel.kernel.cache_info().currsize)
+        return split_timing(*args, **kwargs)
+
+    monkeypatch.setattr(roofline, "split_timing", first_timing_after_kernels)
+    decode_kernel.kernel.cache_clear()
+    roofline.main(["--quick", "--model", str(tiny_model_dir), "--out", str(out)])
     result = json.loads(out.read_text())
+    assert decided_before_timing[0] == len(decode_kernel.KERNELS)
+    assert result["machine"]["kernels"] == decode_kernel.build_all()
     assert out.with_suffix(".png").stat().st_size > 0
 
     machine = result["machine"]

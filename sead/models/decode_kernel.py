@@ -121,6 +121,12 @@ def kernel(name: str):
     return _load(name)
 
 
+def build_all() -> dict[str, bool]:
+    """Every kernel built (or loaded from the cache) now, name -> usable here: for a caller that times the first
+    call after this, which would otherwise include a compile (~15 s a kernel on a machine's first run)."""
+    return {name: kernel(name) is not None for name in KERNELS}
+
+
 def single_query_attention():
     return kernel("single_query_attention")
 
