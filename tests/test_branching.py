@@ -249,6 +249,7 @@ def test_the_loop_trains_on_branches_and_the_controller_sees_whole_dialogues_onl
     for s in steps:
         assert s["dialogues"] == full and s["groups"] == 2 + 2  # full groups, then the branched ones
         assert s["branches"]["dialogues"] == 2 * 3
+        assert 0 < s["time"]["branches_s"] < s["time"]["rollout_s"]  # timed apart, inside the rollouts
         branches = [Episode.from_dict(json.loads(line)) for line in layout.branch_rollouts(s["step"]).open()]
         played = {
             json.loads(line)["meta"]["episode_id"]: json.loads(line) for line in layout.rollouts(s["step"]).open()

@@ -363,8 +363,9 @@ class Trainer:
         t0 = time.perf_counter()
         tokens_before = self.policy.generated_tokens
         eps, checked, refills = await self._rollouts(progress)
+        t_branch = time.perf_counter()
         branches = await self._branches(eps, progress)
-        t_roll = time.perf_counter() - t0
+        t_roll, t_branch = time.perf_counter() - t0, time.perf_counter() - t_branch
         scored = [e for e in eps + branches if e.meta["reward"] is not None]  # scored as each dialogue ended
         if not scored:
             raise RuntimeError("every dialogue of this step ended in a user-simulator error; check the simulator")
@@ -387,6 +388,8 @@ class Trainer:
         record.response_cache = self.cache.step_counts() if self.cache else None
         record.gen_tokens_per_s = (self.policy.generated_tokens - tokens_before) / max(t_roll, 1e-9)
         record.time = {"rollout_s": t_roll, "update_s": t_upd, "step_s": time.perf_counter() - t0}
+        if branches:  # part of rollout_s: the recipe spends most of its rollout time here
+            record.time["branches_s"] = t_branch
         return record
 
     def _state(self) -> dict:
@@ -473,7 +476,9 @@ def _summary(step: int, total: int, r: StepRecord) -> str:
         + f"turns {_fmt(r.turns)}  "
         + (f"branches CR {_fmt(b['CR'])}  " if (b := u.get("branches")) else "")
         + f"{update}  gen {r.gen_tokens_per_s:.1f} tok/s  "
-        f"rollout {t['rollout_s']:.0f}s update {t['update_s']:.0f}s"
+        f"rollout {t['rollout_s']:.0f}s"
+        + (f" (branches {t['branches_s']:.0f}s)" if "branches_s" in t else "")
+        + f" update {t['update_s']:.0f}s"
         + (f"  | controller: {r.controller_update}" if r.controller_update else "")
         + (
             f"  | hack monitors flag: {', '.join(flagged)}"
