@@ -214,6 +214,7 @@ def test_an_unreachable_plausibility_llm_is_refused_before_the_model_loads(tmp_p
         ("dialogue.response_cache.min_entries=-1", "dialogue.response_cache.min_entries", "must be >= 1"),
         ("+dialogue.response_cache.hit_rates.x=0.5", "dialogue.response_cache.hit_rates.x", "incompatible"),
         ("controller.plausibility.candidates=0", "controller.plausibility.candidates", "must be >= 1"),
+        ("trainer.update.imitation_coef=0.5", "trainer.update.imitation_coef", "this run has no warm-up"),
     ],
 )
 def test_sead_train_refuses_bad_settings_naming_the_field(tmp_path, capsys, override, field, message):
@@ -232,13 +233,14 @@ def test_sead_train_refuses_bad_settings_naming_the_field(tmp_path, capsys, over
         ("trainer.branch.groups=2", "trainer.branch.groups"),
         ("trainer.group_user=shared", "trainer.group_user"),
         ("trainer.weight_ema=0.9", "trainer.weight_ema"),
+        ("trainer.warmup.reuse=/a/warm-up trainer.update.imitation_coef=0.5", "trainer.update.imitation_coef"),
     ],
 )
 def test_backend_verl_refuses_embedded_only_settings(tmp_path, capsys, monkeypatch, override, field):
     monkeypatch.setattr("sead.verl_backend.preflight.visible_gpus", lambda: 1)  # past the GPU check, to the config
     model = tiny_model_dir(tmp_path)
     verl = ["backend=verl", "preset=gpu1", f"model.path={model}", *SMALL_DIALOGUES]
-    assert main(["train", *verl, override, f"run_dir={tmp_path / 'run'}"]) == 2
+    assert main(["train", *verl, *override.split(), f"run_dir={tmp_path / 'run'}"]) == 2
     out = capsys.readouterr().out
     assert f"[{field}]" in out and "embedded-only" in out and not (tmp_path / "run").exists()
 

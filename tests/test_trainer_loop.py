@@ -280,6 +280,28 @@ def test_warmup_imitates_reference_dialogues_and_becomes_the_kl_anchor(tmp_path)
         )
 
 
+def test_the_imitation_anchor_draws_the_warm_ups_imitated_dialogues_in_every_update(tmp_path):
+    """trainer.update.imitation_coef: every update reports the anchor's NLL, from this run's warm-up or from the
+    run whose warm-up `trainer.warmup.reuse` names; a reused warm-up's own folder holds no dialogues to draw."""
+    anchored = [
+        *TINY,
+        "trainer.iterations=2",
+        "trainer.update.imitation_coef=1.0",
+        "trainer.update.imitation_dialogues=2",
+    ]
+    run = train(load_config([*anchored, f"run_dir={tmp_path / 'run'}", "trainer.warmup.dialogues=8"]))
+    warm = RunLayout(run).warmup
+    assert json.loads(warm.summary.read_text())["imitated"] > 0
+    updates = [s for s in map(json.loads, RunLayout(run).metrics.read_text().splitlines()) if "kl" in s]
+    assert updates and all(s["imitation_nll"] > 0 for s in updates)
+    again = train(load_config([*anchored, f"run_dir={tmp_path / 'again'}", f"trainer.warmup.reuse={warm.path}"]))
+    updates = [s for s in map(json.loads, RunLayout(again).metrics.read_text().splitlines()) if "kl" in s]
+    assert updates and all(s["imitation_nll"] > 0 for s in updates)
+    chained = [*anchored, f"run_dir={tmp_path / 'chained'}", f"trainer.warmup.reuse={RunLayout(again).warmup.path}"]
+    with pytest.raises(SEADInputError, match="point trainer.warmup.reuse at the run that played it"):
+        train(load_config(chained))
+
+
 def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM

@@ -118,6 +118,30 @@ def test_zero_advantages_leave_the_policy_unchanged_without_kl(tiny):
     assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
 
 
+def test_the_imitation_anchor_adds_coef_times_its_mean_nll_gradient_and_only_when_on(tiny):
+    """`imitation_coef`: each optimiser step adds coef x the gradient of the anchor's mean NLL (reported as
+    `imitation_nll`); with zero advantages and no KL it alone moves the policy, toward the imitated tokens."""
+    model, tok = tiny
+    flat, anchor = [make_sequence(tok, 0.0)], [make_sequence(tok, 0.0), make_sequence(tok, 0.0)]
+
+    def update(coef, lr=1e-9, anchor=anchor):
+        cfg = UpdateConfig(lr=lr, warmup_steps=1, kl_coef=0.0, grad_clip=1e9, imitation_coef=coef)
+        policy = copy.deepcopy(model)
+        return policy, Updater(policy, None, cfg, temperature=0.7).step(flat, None, anchor)
+
+    policy, one = update(1.0)
+    with torch.no_grad():
+        nll = -torch.cat(masked_logprobs(model, anchor, temperature=1.0).logps).mean()
+    assert one["imitation_nll"] == pytest.approx(float(nll), rel=1e-5)  # at temperature 1, not the rollouts' 0.7
+    assert one["grad_norm"] > 0 and update(2.0)[1]["grad_norm"] == pytest.approx(2 * one["grad_norm"], rel=1e-5)
+    assert update(0.0)[1]["grad_norm"] == 0.0 and "imitation_nll" not in update(0.0)[1]
+    assert "imitation_nll" not in update(1.0, anchor=())[1]
+    trained, stats = update(1.0, lr=1e-2)
+    with torch.no_grad():
+        after = -torch.cat(masked_logprobs(trained, anchor, temperature=1.0).logps).mean()
+    assert float(after) < stats["imitation_nll"]  # the step moved the policy toward the imitated tokens
+
+
 def test_entropies_without_a_bonus_are_values_only_and_leave_the_update_as_it_was(tiny, monkeypatch):
     """At entropy_coef 0 the entropies are logged, not trained: they carry no autograd graph, have the values
     the graph-carrying ones have, and the update ends at the weights it reached when the term was in the loss

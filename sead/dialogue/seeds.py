@@ -57,3 +57,9 @@ def turn_seed(episode_seed: int, turn_index: int) -> int:
 def profile_check_seed(run_seed: int, step: int) -> int:
     """The plausibility pass over training step `step`'s profiles (which library entries it offers)."""
     return run_seed * 1_000_003 + step
+
+
+def imitation_seed(run_seed: int, step: int) -> int:
+    """Which of the warm-up's dialogues the imitation anchor (trainer.update.imitation_coef) draws at step `step`:
+    the same on a resume or a repeat of the run."""
+    return run_seed * 7919 + step

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import random
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,8 @@ from sead.config import build_controller, build_scenario, build_usersim, check_c
 from sead.controller.plausibility import check_endpoint, training_profiles
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
 from sead.dialogue.response_cache import ResponseCache
-from sead.dialogue.seeds import group_agent_seed, train_episode_seed, validation_episode_seed
+from sead.dialogue.seeds import group_agent_seed, imitation_seed, train_episode_seed, validation_episode_seed
+from sead.errors import SEADInputError
 from sead.metrics import HackMonitor
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, RolloutWeights
@@ -26,7 +28,7 @@ from sead.policy.hf import HFPolicy
 from sead.policy.scripted import ReferenceAgent
 from sead.progress import progress_bar
 from sead.run.fixed_profiles import fixed_profiles
-from sead.run.layout import BASE_MODEL, CheckpointFolder, RunLayout
+from sead.run.layout import BASE_MODEL, CheckpointFolder, RunLayout, WarmupFolder
 from sead.run.lock import run_dir_lock
 from sead.run.machine import record_machine
 from sead.run.metrics_log import MetricsLogger
@@ -41,7 +43,7 @@ from sead.trainer.budget import TrainingBudget
 from sead.trainer.checkpoint import load_training_state, save_checkpoint
 from sead.trainer.schema import TrainerConfig
 from sead.trainer.update import Updater
-from sead.trainer.warmup import reuse_warmup, save_warmup, warmup
+from sead.trainer.warmup import imitation_anchor, reuse_warmup, save_warmup, warmup
 from sead.trainer.weight_average import WeightAverage
 from sead.usersim.base import environment_identity
 
@@ -101,6 +103,12 @@ class Trainer:
         self.cfg = cfg
         check_config(cfg)  # every group and number, before the simulator or a model is built
         self.tc: TrainerConfig = group_config(cfg, "trainer")
+        if self.tc.update.imitation_coef and not (self.tc.warmup.dialogues or self.tc.warmup.reuse):
+            raise SEADInputError(
+                "trainer.update.imitation_coef imitates the warm-up's dialogues; this run has no warm-up "
+                "(set trainer.warmup.dialogues or trainer.warmup.reuse)",
+                field="trainer.update.imitation_coef",
+            )
         self.runner_cfg = runner_config(cfg)
         self.model_cfg: ModelConfig = group_config(cfg, "model")
         self.precision = Precision.for_training(self.model_cfg.dtype, self.model_cfg.device)
@@ -136,6 +144,7 @@ class Trainer:
         self.average = WeightAverage(self.tc.weight_ema) if self.tc.weight_ema > 0 else None
         self.average_view: tuple[RolloutWeights, HFPolicy] | None = None
         self.step, self.budget = 0, TrainingBudget(self.tc.max_minutes)
+        self._anchor_pool: list | None = None  # the warm-up's dialogues, where trainer.update.imitation_coef is on
         if start.checkpoint:
             load_training_state(start.checkpoint, self.updater)
             if self.average and (updates := start.state.get("weight_average_updates", 0)):
@@ -359,6 +368,22 @@ class Trainer:
         log = self.layout.branch_rollouts(self.step)
         return await self._play(jobs, self.policy, log, progress, f"step {self.step} branches")
 
+    def _load_imitation_anchor(self) -> None:
+        """The warm-up's dialogues for `trainer.update.imitation_coef`, from the warm-up that played them (this
+        run's, or the one `trainer.warmup.reuse` names): read once, before any step, so a missing file fails early."""
+        wc = self.tc.warmup
+        if self.tc.update.imitation_coef and self._anchor_pool is None:
+            src = WarmupFolder(Path(wc.reuse).expanduser().resolve()) if wc.reuse else self.layout.warmup
+            self._anchor_pool = imitation_anchor(src, wc.successful_only)
+
+    def _imitation_anchor(self) -> list:
+        """This step's draw of the anchor's dialogues, as sequences ([] where off)."""
+        if not self._anchor_pool:
+            return []
+        rng = random.Random(imitation_seed(int(self.cfg.seed), self.step))
+        chosen = rng.sample(self._anchor_pool, min(self.tc.update.imitation_dialogues, len(self._anchor_pool)))
+        return [s for seqs in chosen for s in seqs]
+
     async def train_step(self, progress) -> StepRecord:
         t0 = time.perf_counter()
         tokens_before = self.policy.generated_tokens
@@ -373,7 +398,8 @@ class Trainer:
             scored, [e.meta["reward"]["total"] for e in scored], [e.meta["group"] for e in scored]
         )
         t1 = time.perf_counter()
-        update = await compute.arun(self.updater.step, seqs, group_counts["played_tokens"])
+        anchor = self._imitation_anchor()
+        update = await compute.arun(self.updater.step, seqs, group_counts["played_tokens"], anchor)
         if self.average and "skipped" not in update:
             await compute.arun(self.average.update, self.model)
         t_upd = time.perf_counter() - t1
@@ -416,6 +442,7 @@ class Trainer:
                 if tc.validation.before_warmup and not self.layout.validation_metrics(BASE_MODEL).exists():
                     await self.validate(BASE_MODEL, progress)
                 await self._warm_up(progress)
+            self._load_imitation_anchor()
             if self.step == 0 and tc.validation.at_start:
                 await self.validate(0, progress)
             while self.step < total and not self.budget.spent():

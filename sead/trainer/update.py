@@ -293,9 +293,25 @@ class Updater:
             return self.ref, contextlib.nullcontext
         return self.model, self.model.disable_adapter
 
-    def step(self, seqs: list[Sequence], played_tokens: int | None = None) -> dict:
+    def _imitation(self, anchor: list[Sequence]) -> float:
+        """The imitation anchor's gradient, added to the optimiser step's: imitation_coef x the mean NLL of the
+        anchor's agent tokens at temperature 1 (as the warm-up trained them). Returns that NLL."""
+        total, nll = sum(int(s.mask.sum()) for s in anchor), 0.0
+        for mb in self._batches(anchor):
+            with self.autocast():
+                part = -torch.cat(masked_logprobs(self.model, mb, temperature=1.0).logps).sum()
+            if not math.isfinite(float(part.detach())):
+                raise _non_finite("the imitation anchor's loss", self.cfg, self.temperature)
+            (self.cfg.imitation_coef * part / total).backward()
+            nll += float(part.detach())
+        return nll / total
+
+    def step(
+        self, seqs: list[Sequence], played_tokens: int | None = None, anchor: list[Sequence] | None = None
+    ) -> dict:
         """One update from the kept sequences `seqs`; `played_tokens`: the agent tokens of every dialogue the step
-        played, the loss's denominator under `loss_tokens=played` (None: the kept ones')."""
+        played, the loss's denominator under `loss_tokens=played` (None: the kept ones'); `anchor`: the imitation
+        anchor's sequences (`imitation_coef`), in every optimiser step of the update."""
         if not seqs:
             return {"skipped": 1.0}
         cfg = self.cfg
@@ -308,7 +324,7 @@ class Updater:
         mismatch = RolloutMismatch()
         if self.estimator.critic is not None:
             sums["value_loss"] = 0.0
-        norms, parts = [], mini_batches(seqs, cfg.mini_batches)
+        norms, imitation, parts = [], [], mini_batches(seqs, cfg.mini_batches)
         for part in (p for _ in range(cfg.ppo_epochs) for p in parts):
             self.opt.zero_grad(set_to_none=True)
             part_tokens = widen * int(sum(int(s.mask.sum()) for s in part))
@@ -355,6 +371,8 @@ class Updater:
                 sums["clip_frac"] += float(clipped.sum())
             if context is not None:
                 context.backward()
+            if cfg.imitation_coef and anchor:
+                imitation.append(self._imitation(list(anchor)))
             params = [p for g in self.opt.param_groups for p in g["params"]]
             norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)))
             if not math.isfinite(norms[-1]):
@@ -373,6 +391,8 @@ class Updater:
             sequences=len(seqs),
         )
         out.update(mismatch.summary())
+        if imitation:
+            out["imitation_nll"] = sum(imitation) / len(imitation)
         return out
 
 

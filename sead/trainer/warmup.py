@@ -19,6 +19,8 @@ import torch
 
 from sead import compute
 from sead.dialogue import EpisodeJob, RolloutLog, RunnerConfig, run_batch
+from sead.dialogue.episode import Episode
+from sead.dialogue.rollout_log import read_rollouts
 from sead.dialogue.seeds import warmup_episode_seed
 from sead.errors import SEADInputError
 from sead.models.loading import ModelConfig, load_model
@@ -69,8 +71,8 @@ async def warmup(
     # A dialogue the simulator broke off says nothing about the reference agent: neither imitated nor counted
     # (as in sead.metrics).
     played = [e for e in episodes if not e.sim_error]
-    chosen = [e for e in played if e.success or not cfg.successful_only]
-    seqs = [Sequence(torch.tensor(s.ids), torch.tensor(s.mask), 0.0) for e in chosen for s in e.segments if sum(s.mask)]
+    chosen = imitated(played, cfg.successful_only)
+    seqs = [s for e in chosen for s in agent_sequences(e)]
     task = progress.add_task("warm-up fine-tuning", total=cfg.epochs * max(1, -(-len(seqs) // cfg.micro_batch)))
     deadline = None if cfg.max_minutes is None else started + 60 * cfg.max_minutes
     losses, trained = await compute.arun(
@@ -90,6 +92,36 @@ async def warmup(
         "nll_first": _mean(losses[:5]),
         "nll_last": _mean(losses[-5:]),
     }
+
+
+def imitated(episodes: list[Episode], successful_only: bool) -> list[Episode]:
+    """The dialogues a warm-up learns from: those the reference agent won (or all it played), none the simulator
+    broke off."""
+    return [e for e in episodes if not e.sim_error and (e.success or not successful_only)]
+
+
+def agent_sequences(episode: Episode) -> list[Sequence]:
+    """A dialogue's segments with agent tokens, as sequences to imitate (advantage unused)."""
+    return [Sequence(torch.tensor(s.ids), torch.tensor(s.mask), 0.0) for s in episode.segments if sum(s.mask)]
+
+
+def imitation_anchor(src: WarmupFolder, successful_only: bool) -> list[list[Sequence]]:
+    """The dialogues a warm-up in `src` imitated, each as its sequences: the imitation anchor's pool
+    (`trainer.update.imitation_coef`)."""
+    if not src.dialogues.exists():
+        raise SEADInputError(
+            f"the imitation anchor reads the dialogues a warm-up played, and {src.dialogues} is missing (a run that "
+            "reused a warm-up keeps only its model: point trainer.warmup.reuse at the run that played it)",
+            field="trainer.update.imitation_coef",
+        )
+    chosen = imitated([Episode.from_dict(r) for r in read_rollouts(src.dialogues)], successful_only)
+    pool = [seqs for e in chosen if (seqs := agent_sequences(e))]
+    if not pool:
+        raise SEADInputError(
+            f"the warm-up in {src.path} imitated no dialogue, so the imitation anchor has nothing to hold to",
+            field="trainer.update.imitation_coef",
+        )
+    return pool
 
 
 def _imitate(model, seqs: list[Sequence], cfg: WarmupConfig, *, deadline, autocast, advance) -> tuple[list, int]:

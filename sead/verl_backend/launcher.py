@@ -84,6 +84,8 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
         "trainer.group_user": tc.group_user != "own",
         # verl's actor keeps no second copy of the weights to average into
         "trainer.weight_ema": tc.weight_ema > 0,
+        # its actor's loss has no imitation term (and the warm-up whose dialogues it reads is embedded-only)
+        "trainer.update.imitation_coef": tc.update.imitation_coef > 0,
     }
     for name, on in embedded_only.items():
         if on:
