@@ -161,14 +161,15 @@ def test_batches_freeze_older_objects_only_while_they_run():
         frozen = gc.get_freeze_count()
         with older_objects_frozen():  # a batch inside another keeps the heap frozen
             pass
-        assert frozen > 0 and gc.get_freeze_count() == frozen
+        # still frozen, and not frozen again (a frozen object freed meanwhile leaves the count, so not ==)
+        assert 0 < gc.get_freeze_count() <= frozen
     assert gc.get_freeze_count() == 0
     gc.freeze()  # someone else's freeze (e.g. before forking workers) is theirs to undo
     try:
         owned = gc.get_freeze_count()
         with older_objects_frozen():
             pass
-        assert gc.get_freeze_count() == owned
+        assert 0 < gc.get_freeze_count() <= owned  # left frozen, and by them alone
     finally:
         gc.unfreeze()
 
