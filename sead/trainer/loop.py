@@ -388,9 +388,9 @@ class Trainer:
         t0 = time.perf_counter()
         tokens_before = self.policy.generated_tokens
         eps, checked, refills = await self._rollouts(progress)
-        t_branch = time.perf_counter()
+        t_branches = time.perf_counter()
         branches = await self._branches(eps, progress)
-        t_roll, t_branch = time.perf_counter() - t0, time.perf_counter() - t_branch
+        t_roll, branches_s = time.perf_counter() - t0, time.perf_counter() - t_branches
         scored = [e for e in eps + branches if e.meta["reward"] is not None]  # scored as each dialogue ended
         if not scored:
             raise RuntimeError("every dialogue of this step ended in a user-simulator error; check the simulator")
@@ -415,7 +415,7 @@ class Trainer:
         record.gen_tokens_per_s = (self.policy.generated_tokens - tokens_before) / max(t_roll, 1e-9)
         record.time = {"rollout_s": t_roll, "update_s": t_upd, "step_s": time.perf_counter() - t0}
         if branches:  # part of rollout_s: the recipe spends most of its rollout time here
-            record.time["branches_s"] = t_branch
+            record.time["branches_s"] = branches_s
         return record
 
     def _state(self) -> dict:
