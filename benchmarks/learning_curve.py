@@ -14,7 +14,9 @@ Phases, each a run directory under --out made by the Trainer itself (validation,
 - warmup:          the supervised warm-up alone, on a fixed number of reference dialogues; saves warmup/;
 - warmup_only:     that saved warm-up, measured on the held-out set (no RL);
 - grpo_fixed:      that saved warm-up + --steps GRPO steps, profiles drawn from the `fixed` curriculum;
-- grpo_sead_joint: the same, with the `sead_joint` curriculum reweighting profiles after every step.
+- grpo_sead_joint: the same, with the `sead_joint` curriculum reweighting profiles after every step;
+- imitation_only:  only when named, with trainer.update.imitation_coef set: the control of an anchored grpo_fixed,
+                   the same steps on the imitation anchor alone (no dialogues, no policy gradient).
 Budgets are dialogues and steps, never minutes, so any machine repeats the same experiment; each phase's wall time
 and CPU are reported apart. The claim (issue 18): grpo_fixed completes >= 10 points more of the held-out dialogues
 than warmup_only, exact McNemar p < 0.01, in at most 60 minutes of RL steps on the 2-core CPU; what the curriculum
@@ -128,6 +130,8 @@ COMPARISONS = [
     ("grpo_sead_joint", "grpo_fixed", "what the sead_joint curriculum adds to GRPO"),
     ("grpo_sead_joint", "warmup_only", "what GRPO with the curriculum adds to the warm-up"),
     ("warmup_only", "base", "what the warm-up adds to the base model"),
+    ("grpo_fixed", "imitation_only", "what GRPO adds to its imitation anchor alone"),
+    ("imitation_only", "warmup_only", "what the imitation anchor alone adds to the warm-up"),
 ]
 TARGET = {"min_gain_points": 10.0, "max_p": 0.01, "max_rl_minutes": 60.0}
 ARMS = {
@@ -135,8 +139,10 @@ ARMS = {
     "warmup_only": "warm-up only",
     "grpo_fixed": "warm-up + GRPO (fixed)",
     "grpo_sead_joint": "warm-up + GRPO (sead_joint)",
+    "imitation_only": "warm-up + imitation anchor alone",
 }
-PHASES = ("base", "warmup", "warmup_only", "grpo_fixed", "grpo_sead_joint")  # in the order they run
+PHASES = ("base", "warmup", "warmup_only", "grpo_fixed", "grpo_sead_joint", "imitation_only")  # in the order they run
+DEFAULT_PHASES = PHASES[:-1]  # imitation_only is a control for runs with trainer.update.imitation_coef: asked for
 # equal in every measured arm: the task, the model it starts from and the held-out set
 HELD_OUT_KEYS = tuple(f"trainer.validation.{k}" for k in ("profiles", "trials", "seed", "sampling"))
 TASK_KEYS = ("scenario", "dialogue", "usersim", "model", *HELD_OUT_KEYS)
@@ -176,6 +182,7 @@ def phases(args) -> list[Phase]:
         Phase("warmup", ("trainer.warmup.reuse=null", *no_measurement)),
         Phase("warmup_only", (warm, *measure_only)),
         *(Phase(f"grpo_{rule}", (*grpo, f"controller={rule}", *extra), n) for rule, extra in ARM_CURRICULA.items()),
+        Phase("imitation_only", (*grpo, "controller=fixed", "trainer.update.policy_gradient=false"), n),
     ]
 
 
@@ -205,7 +212,7 @@ def held_out_set(args) -> dict:
 
 def chosen_phases(args) -> list[Phase]:
     """--phases, minus the warm-up when another run's (--warmup-from) stands in for it."""
-    wanted = set(args.phases or PHASES) - ({"warmup"} if args.warmup_from else set())
+    wanted = set(args.phases or DEFAULT_PHASES) - ({"warmup"} if args.warmup_from else set())
     return [p for p in phases(args) if p.name in wanted]
 
 
@@ -376,7 +383,7 @@ def rl_steps(run: Path) -> list[dict]:
     from sead.run.json_lines import read_json_lines
 
     path = RunLayout(run).metrics
-    lines = [m for m in read_json_lines(path) if "reward" in m] if path.exists() else []
+    lines = [m for m in read_json_lines(path) if m.get("dialogues")] if path.exists() else []  # played a dialogue
     keys = ("step", "reward", "CR", "ACK", "groups", "groups_dropped")
     return [{**{k: m.get(k) for k in keys}, "step_s": m["time"]["step_s"]} for m in lines]
 
@@ -645,7 +652,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="measure on the development seed, for choosing a recipe; results go next to --out, not into benchmarks/",
     )
-    ap.add_argument("--phases", nargs="+", choices=PHASES, help="run only these phases (default: all)")
+    only = "run only these phases (default: all but imitation_only)"
+    ap.add_argument("--phases", nargs="+", choices=PHASES, help=only)
     ap.add_argument(
         "--warmup-from", type=Path, help="a finished warmup phase's run to start the arms from (skips the warmup phase)"
     )

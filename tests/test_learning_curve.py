@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from benchmark_scripts import load_benchmark
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from sead.config import load_config
@@ -102,6 +103,22 @@ def test_every_phase_of_the_full_run_poses_the_fixed_held_out_set_whatever_the_o
         val = load_config(script.overrides(args, phase)).trainer.validation
         assert (val.seed, val.profiles, val.trials) == (script.HELD_OUT_SEED, 200, 1)
         assert val.sampling.temperature == 0.0
+
+
+def test_the_anchors_control_is_grpo_fixed_without_its_policy_gradient_and_runs_only_when_named(script, tmp_path):
+    """imitation_only, the control of a grpo_fixed run with trainer.update.imitation_coef: the same settings, steps
+    and warm-up but for the policy gradient; a plain run (no anchor) does not include it."""
+    from sead.run.frozen_config import changed_settings
+
+    anchored = ["trainer.update.imitation_coef=1.0"]
+    args = script.parse_args(["--development", "--out", str(tmp_path), *anchored])
+    by_name = {p.name: p for p in script.phases(args)}
+    config = {n: OmegaConf.to_container(load_config(script.overrides(args, p))) for n, p in by_name.items()}
+    grpo, control = config["grpo_fixed"], config["imitation_only"]
+    assert dict(changed_settings(grpo, control)) == {"trainer.update.policy_gradient": (True, False)}
+    assert by_name["imitation_only"].steps == by_name["grpo_fixed"].steps == script.FULL["steps"]
+    assert "imitation_only" not in [p.name for p in script.chosen_phases(script.parse_args(["--out", str(tmp_path)]))]
+    assert ("grpo_fixed", "imitation_only") in [c[:2] for c in script.COMPARISONS]
 
 
 # -- the quick run ----------------------------------------------------------------------------------------------

@@ -215,6 +215,7 @@ def test_an_unreachable_plausibility_llm_is_refused_before_the_model_loads(tmp_p
         ("+dialogue.response_cache.hit_rates.x=0.5", "dialogue.response_cache.hit_rates.x", "incompatible"),
         ("controller.plausibility.candidates=0", "controller.plausibility.candidates", "must be >= 1"),
         ("trainer.update.imitation_coef=0.5", "trainer.update.imitation_coef", "this run has no warm-up"),
+        ("trainer.update.policy_gradient=false", "trainer.update.policy_gradient", "nothing would train"),
     ],
 )
 def test_sead_train_refuses_bad_settings_naming_the_field(tmp_path, capsys, override, field, message):
@@ -234,6 +235,7 @@ def test_sead_train_refuses_bad_settings_naming_the_field(tmp_path, capsys, over
         ("trainer.group_user=shared", "trainer.group_user"),
         ("trainer.weight_ema=0.9", "trainer.weight_ema"),
         ("trainer.warmup.reuse=/a/warm-up trainer.update.imitation_coef=0.5", "trainer.update.imitation_coef"),
+        ("trainer.update.policy_gradient=false", "trainer.update.policy_gradient"),
     ],
 )
 def test_backend_verl_refuses_embedded_only_settings(tmp_path, capsys, monkeypatch, override, field):

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from sead.config import load_config
 from sead.errors import SEADInputError
+from sead.eval.training_report import write_training_report
 from sead.run.checkpoints import latest_checkpoint
 from sead.run.layout import CheckpointFolder, RunLayout
 from sead.run.validation_table import changes, validation_table
@@ -300,6 +301,35 @@ def test_the_imitation_anchor_draws_the_warm_ups_imitated_dialogues_in_every_upd
     chained = [*anchored, f"run_dir={tmp_path / 'chained'}", f"trainer.warmup.reuse={RunLayout(again).warmup.path}"]
     with pytest.raises(SEADInputError, match="point trainer.warmup.reuse at the run that played it"):
         train(load_config(chained))
+
+
+def test_the_anchors_control_trains_on_the_anchor_alone_and_plays_no_dialogue(tmp_path):
+    """trainer.update.policy_gradient=false: each step is one optimiser step on that step's anchor draw, nothing
+    is played for training (no rollouts, the controller untouched), and validation measures the result."""
+    from safetensors.torch import load_file
+
+    warm = [*TINY, f"run_dir={tmp_path / 'warm'}", "trainer.warmup.dialogues=8", "trainer.iterations=0"]
+    warmed = train(load_config(warm))
+    control = [
+        *TINY,
+        "trainer.iterations=2",
+        "trainer.update.imitation_coef=1.0",
+        "trainer.update.imitation_dialogues=2",
+        "trainer.update.policy_gradient=false",
+        f"trainer.warmup.reuse={RunLayout(warmed).warmup.path}",
+    ]
+    run = train(load_config([*control, f"run_dir={tmp_path / 'control'}"]))
+    layout = RunLayout(run)
+    steps = [s for s in map(json.loads, layout.metrics.read_text().splitlines()) if "imitation_nll" in s]
+    assert [s["step"] for s in steps] == [1, 2]
+    assert all(s["dialogues"] == 0 and s["reward"] is None and s["grad_norm"] > 0 for s in steps)
+    assert not list(layout.rollouts_dir.glob("step_*"))
+    assert json.loads(layout.validation_metrics(2).read_text())["at"]["step"] == 2
+    start = load_file(RunLayout(warmed).warmup.model / "model.safetensors")
+    end = load_file(CheckpointFolder(latest_checkpoint(run)[0]).model / "model.safetensors")
+    assert any(not torch.equal(t, end[k]) for k, t in start.items())
+    write_training_report(run)  # the report draws the anchor's curve, and no reward curve where none was played
+    assert (run / "report_plots" / "imitation_nll.png").exists() and not (run / "report_plots" / "reward.png").exists()
 
 
 def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(tmp_path):

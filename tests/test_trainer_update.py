@@ -142,6 +142,25 @@ def test_the_imitation_anchor_adds_coef_times_its_mean_nll_gradient_and_only_whe
     assert float(after) < stats["imitation_nll"]  # the step moved the policy toward the imitated tokens
 
 
+def test_imitating_alone_takes_the_anchored_steps_optimiser_step_without_the_policy_gradient(tiny):
+    """`imitate` (policy_gradient=false, the anchor's control) moves the weights exactly as an anchored update
+    whose policy-gradient term is zero does: same optimiser, clipping and schedule, the same NLL reported."""
+    model, tok = tiny
+    anchor = [make_sequence(tok, 0.0), make_sequence(tok, 0.0)]
+    cfg = UpdateConfig(lr=1e-2, warmup_steps=3, kl_coef=0.0, grad_clip=0.5, imitation_coef=0.7)
+    alone, anchored = copy.deepcopy(model), copy.deepcopy(model)
+    upd_alone, upd_anchored = (Updater(m, None, cfg, temperature=0.7) for m in (alone, anchored))
+    for _ in range(2):
+        a = upd_alone.imitate(anchor)
+        b = upd_anchored.step([make_sequence(tok, 0.0)], None, anchor)  # zero advantage: no policy gradient
+        assert a["imitation_nll"] == pytest.approx(b["imitation_nll"], rel=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["grad_norm"] > 0.5  # clipped
+        assert a["lr"] == b["lr"] and a["optimiser_steps"] == 1
+    for (name, x), y in zip(alone.named_parameters(), anchored.parameters()):
+        assert torch.allclose(x, y, atol=1e-6), name
+    assert not torch.equal(next(alone.parameters()), next(model.parameters()))
+
+
 def test_entropies_without_a_bonus_are_values_only_and_leave_the_update_as_it_was(tiny, monkeypatch):
     """At entropy_coef 0 the entropies are logged, not trained: they carry no autograd graph, have the values
     the graph-carrying ones have, and the update ends at the weights it reached when the term was in the loss

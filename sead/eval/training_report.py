@@ -19,6 +19,7 @@ STEP_CURVES = (
     ("kl", "KL to the reference"),
     ("entropy", "entropy"),
     ("UPA", "user-portrait accuracy"),
+    ("imitation_nll", "imitation anchor NLL"),  # trainer.update.imitation_coef
 )
 
 

@@ -92,7 +92,7 @@ def finish_step(
         UPA=m["UPA"]["mean"],
         sim_errors=result["counts"]["sim_error"],
         dialogues=len(episodes),
-        controller_marginals={d: {str(v): p for v, p in mm.items()} for d, mm in controller.marginals().items()},
+        controller_marginals=sampling_shares(controller),
         hack_monitors=result.get("hack_monitors"),
         ACK=m["ACK"]["mean"],
         CAR=m["CAR"]["mean"],
@@ -102,6 +102,27 @@ def finish_step(
         write_controller_report(report, space, layout.controller_dir)
         record.controller_update = report["reason"]
     return record
+
+
+def sampling_shares(controller: ProfileController) -> dict[str, dict[str, float]]:
+    """The shares the controller samples each dimension's values with, as a step's line logs them."""
+    return {d: {str(v): p for v, p in mm.items()} for d, mm in controller.marginals().items()}
+
+
+def unplayed_step(controller: ProfileController, update: dict, seconds: float) -> StepRecord:
+    """The record of a step that played no dialogue (the imitation anchor's control): its update and time."""
+    return StepRecord(
+        reward=None,
+        reward_components={},
+        CR=None,
+        turns=None,
+        UPA=None,
+        sim_errors=0,
+        dialogues=0,
+        controller_marginals=sampling_shares(controller),
+        update=update,
+        time={"rollout_s": 0.0, "update_s": seconds, "step_s": seconds},
+    )
 
 
 def write_controller_state(controller: ProfileController, layout: RunLayout, iteration: int) -> None:

@@ -34,7 +34,7 @@ from sead.run.machine import record_machine
 from sead.run.metrics_log import MetricsLogger
 from sead.run.scoring import EpisodeScorer
 from sead.run.start import start_or_resume
-from sead.run.steps import StepRecord, finish_step, write_controller_state, write_validation_metrics
+from sead.run.steps import StepRecord, finish_step, unplayed_step, write_controller_state, write_validation_metrics
 from sead.run.validation_table import changes, user_side, validation_table, with_ci
 from sead.scenario.profiles import Profile
 from sead.trainer import lora
@@ -108,6 +108,12 @@ class Trainer:
                 "trainer.update.imitation_coef imitates the warm-up's dialogues; this run has no warm-up "
                 "(set trainer.warmup.dialogues or trainer.warmup.reuse)",
                 field="trainer.update.imitation_coef",
+            )
+        if not (self.tc.update.policy_gradient or self.tc.update.imitation_coef):
+            raise SEADInputError(
+                "trainer.update.policy_gradient=false trains on the imitation anchor alone, and "
+                "trainer.update.imitation_coef is 0: nothing would train",
+                field="trainer.update.policy_gradient",
             )
         self.runner_cfg = runner_config(cfg)
         self.model_cfg: ModelConfig = group_config(cfg, "model")
@@ -418,6 +424,16 @@ class Trainer:
             record.time["branches_s"] = branches_s
         return record
 
+    async def anchor_step(self, progress) -> StepRecord:
+        """A step of the anchor's control (`trainer.update.policy_gradient=false`): this step's draw of the
+        imitation anchor, one optimiser step on it and the weight average, as a run with the anchor takes; no
+        dialogue is played, so the controller learns nothing."""
+        t0 = time.perf_counter()
+        update = await compute.arun(self.updater.imitate, self._imitation_anchor())
+        if self.average:
+            await compute.arun(self.average.update, self.model)
+        return unplayed_step(self.controller, update, time.perf_counter() - t0)
+
     def _state(self) -> dict:
         averaged = {"weight_average_updates": self.average.updates} if self.average else {}
         return {"step": self.step, "controller": self.controller.state_dict(), **self.budget.state(), **averaged}
@@ -448,7 +464,7 @@ class Trainer:
             while self.step < total and not self.budget.spent():
                 t0 = time.perf_counter()
                 self.step += 1
-                record = await self.train_step(progress)
+                record = await (self.train_step if tc.update.policy_gradient else self.anchor_step)(progress)
                 self.logger.log(self.step, record.to_dict())
                 console.print(_summary(self.step, total, record))
                 progress.advance(overall)
@@ -492,6 +508,10 @@ def _fmt(x) -> str:
 
 def _summary(step: int, total: int, r: StepRecord) -> str:
     u, t = r.update, r.time
+    if not r.dialogues and "imitation_nll" in u:  # the anchor's control: nothing played
+        return f"step {step}/{total}  imitation NLL {u['imitation_nll']:.4f}  grad {u['grad_norm']:.3f}  " + (
+            f"update {t['update_s']:.0f}s"
+        )
     update = (
         "update skipped (no group with differing rewards)"
         if "skipped" in u

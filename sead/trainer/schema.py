@@ -64,6 +64,9 @@ class UpdateConfig:
     # session 54). It is imitation: read a run's gain against the anchor alone. Needs a warm-up. 0 = off.
     imitation_coef: float = number(0.0, ge=0)
     imitation_dialogues: int = number(4, ge=1)
+    # false: the anchor alone, no dialogues played and no policy-gradient term (the same optimiser, schedule and
+    # draws): the control a run with imitation_coef is measured against. Needs imitation_coef > 0.
+    policy_gradient: bool = True
 
 
 @dataclass

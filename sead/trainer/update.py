@@ -306,6 +306,28 @@ class Updater:
             nll += float(part.detach())
         return nll / total
 
+    def _apply_gradient(self) -> float:
+        """Clip the gradient the backward passes left, take the optimiser step, and return the norm before
+        clipping; a non-finite norm or weight stops the run."""
+        params = [p for g in self.opt.param_groups for p in g["params"]]
+        norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
+        if not math.isfinite(norm):
+            raise _non_finite("the gradient norm", self.cfg, self.temperature)
+        self.opt.step()
+        if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
+            raise _non_finite("a weight after the optimiser step", self.cfg, self.temperature)
+        return norm
+
+    def imitate(self, anchor: list[Sequence]) -> dict:
+        """One optimiser step on the imitation anchor alone (`policy_gradient=false`): the control that tells a
+        run's gain from the anchor's. Same optimiser, schedule and clipping as `step`, no policy-gradient term."""
+        self.model.train()
+        self.opt.zero_grad(set_to_none=True)
+        nll = self._imitation(list(anchor))
+        norm = self._apply_gradient()
+        self.sched.step()
+        return {"imitation_nll": nll, "grad_norm": norm, "optimiser_steps": 1, "lr": self.sched.get_last_lr()[0]}
+
     def step(
         self, seqs: list[Sequence], played_tokens: int | None = None, anchor: list[Sequence] | None = None
     ) -> dict:
@@ -373,13 +395,7 @@ class Updater:
                 context.backward()
             if cfg.imitation_coef and anchor:
                 imitation.append(self._imitation(list(anchor)))
-            params = [p for g in self.opt.param_groups for p in g["params"]]
-            norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)))
-            if not math.isfinite(norms[-1]):
-                raise _non_finite("the gradient norm", cfg, self.temperature)
-            self.opt.step()
-            if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
-                raise _non_finite("a weight after the optimiser step", cfg, self.temperature)
+            norms.append(self._apply_gradient())
         self.sched.step()
         n = total * cfg.ppo_epochs
         out = {k: v / n for k, v in sums.items()}

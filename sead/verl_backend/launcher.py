@@ -86,6 +86,7 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
         "trainer.weight_ema": tc.weight_ema > 0,
         # its actor's loss has no imitation term (and the warm-up whose dialogues it reads is embedded-only)
         "trainer.update.imitation_coef": tc.update.imitation_coef > 0,
+        "trainer.update.policy_gradient": not tc.update.policy_gradient,  # the anchor's control, as the anchor
     }
     for name, on in embedded_only.items():
         if on:
