@@ -22,7 +22,7 @@ from sead.run.layout import CheckpointFolder, RunLayout
 from sead.run.validation_table import changes, validation_table
 from sead.scenario.tags import AGENT_READING_VERSION
 from sead.trainer.budget import TrainingBudget
-from sead.trainer.loop import groups_with_gradient, train
+from sead.trainer.loop import Trainer, groups_with_gradient, train
 
 # Entropy bonus on: the random tiny model never succeeds, so without it the update would be a no-op and
 # resume-exactness of the optimiser and weights would go untested.
@@ -136,6 +136,29 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     b = load_file(CheckpointFolder(latest_checkpoint(cut)[0]).model / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert reward_steps(cut) == [1, 2, 3, 4, 5, 6]  # replayed steps replace their lines instead of duplicating them
+
+
+def test_a_run_killed_while_validating_its_last_step_resumes_there_and_validates(tmp_path, monkeypatch):
+    """Each checkpoint is written before the validation after it: a run killed while validating its last step
+    (session 55: the kernel's OOM killer, twelve steps lost with the old order) resumes at that step, validates it
+    and trains nothing again."""
+    run = tmp_path / "run"
+    settings = [*TINY, "trainer.iterations=2", "trainer.save_every=5", f"run_dir={run}"]
+    validate = Trainer.validate
+
+    async def killed_at_the_end(self, iteration, progress):
+        if iteration == 2:
+            raise MemoryError("killed while validating")
+        return await validate(self, iteration, progress)
+
+    monkeypatch.setattr(Trainer, "validate", killed_at_the_end)
+    with pytest.raises(MemoryError):
+        train(load_config(settings))
+    assert latest_checkpoint(run)[1]["step"] == 4 and not RunLayout(run).validation_metrics(2).exists()
+    monkeypatch.setattr(Trainer, "validate", validate)
+    train(load_config([*settings, "resume=true"]))
+    assert json.loads(RunLayout(run).validation_metrics(2).read_text())["at"]["step"] == 4
+    assert reward_steps(run) == [1, 2, 3, 4]
 
 
 def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates(tmp_path):

@@ -434,6 +434,15 @@ class Trainer:
             await compute.arun(self.average.update, self.model)
         return unplayed_step(self.controller, update, time.perf_counter() - t0)
 
+    async def _validate_if_due(self, total: int, progress) -> None:
+        """Validate where this step ends an iteration the schedule measures (or ends the run), unless that was
+        measured already at this step."""
+        tc = self.tc
+        it, within = divmod(self.step, tc.steps_per_iteration)
+        due = not within and (it % tc.validation.every == 0 or self.step == total)
+        if due and not _validated_at(self.layout, it, self.step):
+            await self.validate(it, progress)
+
     def _state(self) -> dict:
         averaged = {"weight_average_updates": self.average.updates} if self.average else {}
         return {"step": self.step, "controller": self.controller.state_dict(), **self.budget.state(), **averaged}
@@ -461,6 +470,8 @@ class Trainer:
             self._load_imitation_anchor()
             if self.step == 0 and tc.validation.at_start:
                 await self.validate(0, progress)
+            if self.step:  # resumed from a checkpoint whose validation was cut off: measured before going on
+                await self._validate_if_due(total, progress)
             while self.step < total and not self.budget.spent():
                 t0 = time.perf_counter()
                 self.step += 1
@@ -470,10 +481,8 @@ class Trainer:
                 progress.advance(overall)
                 self.budget.add_step(time.perf_counter() - t0)
                 if self.step % tc.steps_per_iteration == 0:
-                    it = self.step // tc.steps_per_iteration
-                    write_controller_state(self.controller, self.layout, it)
-                    if it % tc.validation.every == 0 or self.step == total:
-                        await self.validate(it, progress)
+                    write_controller_state(self.controller, self.layout, self.step // tc.steps_per_iteration)
+                # saved before it is validated: a run killed while validating (memory, a reboot) resumes here
                 if self.step % tc.save_every == 0 or self.step == total or self.budget.spent():
                     compute.run(
                         save_checkpoint,
@@ -485,6 +494,7 @@ class Trainer:
                         state=self._state(),
                         averaged=self.average.model if self.average else None,
                     )
+                await self._validate_if_due(total, progress)
             if self.step < total:  # stopped by trainer.max_minutes
                 console.print(f"[yellow]training budget of {tc.max_minutes:g} min spent after step {self.step}")
                 it = -(-self.step // tc.steps_per_iteration)
