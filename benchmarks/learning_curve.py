@@ -164,7 +164,7 @@ class Phase:
 
 
 def phases(args) -> list[Phase]:
-    warm = f"trainer.warmup.reuse={RunLayout(args.warmup_from or args.out / 'warmup').warmup.path}"
+    warm = f"trainer.warmup.reuse={warmup_of(args.warmup_from or args.out / 'warmup').path}"
     measure_only = ("trainer.iterations=0", "trainer.validation.at_start=true")
     no_measurement = ("trainer.iterations=0", "trainer.validation.at_start=false")  # warmup_only measures it
     n = args.steps
@@ -184,6 +184,11 @@ def phases(args) -> list[Phase]:
         *(Phase(f"grpo_{rule}", (*grpo, f"controller={rule}", *extra), n) for rule, extra in ARM_CURRICULA.items()),
         Phase("imitation_only", (*grpo, "controller=fixed", "trainer.update.policy_gradient=false"), n),
     ]
+
+
+def warmup_of(path: Path) -> WarmupFolder:
+    """The warm-up `path` names: a warm-up folder itself (a run's warmup/ or one of its epoch<k>/) or a run."""
+    return WarmupFolder(path) if WarmupFolder(path).summary.exists() else RunLayout(path).warmup
 
 
 def checkpoint_every(steps: int) -> int:
@@ -655,7 +660,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     only = "run only these phases (default: all but imitation_only)"
     ap.add_argument("--phases", nargs="+", choices=PHASES, help=only)
     ap.add_argument(
-        "--warmup-from", type=Path, help="a finished warmup phase's run to start the arms from (skips the warmup phase)"
+        "--warmup-from",
+        type=Path,
+        help="a finished warmup phase's run, or a warm-up folder (its warmup/epoch<k>), to start the arms from (skips "
+        "the warmup phase)",
     )
     ap.add_argument(
         "--warmup-dialogues", type=int, help=f"reference dialogues played for the warm-up ({FULL['warmup_dialogues']})"
@@ -679,7 +687,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.out = args.out.resolve()
     if args.warmup_from:
         args.warmup_from = args.warmup_from.resolve()
-        if not RunLayout(args.warmup_from).warmup.summary.exists():
+        if not warmup_of(args.warmup_from).summary.exists():
             ap.error(f"--warmup-from {args.warmup_from}: no finished warm-up there")
     args.results = args.results or (args.out if args.quick or args.development else HERE) / "learning_curve"
     if args.earlier:

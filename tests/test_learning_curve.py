@@ -275,6 +275,16 @@ def test_an_arm_can_start_from_another_runs_warm_up_and_run_alone(script, quick,
     )
 
 
+def test_the_arms_can_start_from_a_warm_up_folder_itself_such_as_one_epoch_of_a_longer_warm_up(script, quick):
+    """Choosing the warm-up's length: `--warmup-from RUN/warmup/warmup/epoch2` (trainer.warmup.keep_epochs)."""
+    out, _ = quick
+    folder = RunLayout(out / "warmup").warmup.path
+    for given in (out / "warmup", folder):  # a run, or the warm-up folder it holds
+        args = script.parse_args(["--quick", "--warmup-from", str(given), "--out", str(out / "unused")])
+        only = next(p for p in script.phases(args) if p.name == "warmup_only")
+        assert f"trainer.warmup.reuse={folder}" in only.settings
+
+
 def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick, tmp_path):
     """A run too long for one session: the arms measured before stand in through their results JSON, and an arm
     measured again is compared with its earlier self dialogue by dialogue."""

@@ -223,6 +223,34 @@ def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates
     assert reward_steps(capped) == [1, 2]
 
 
+def test_a_warmup_keeps_each_epochs_model_and_each_is_the_warmup_of_that_length(tmp_path):
+    """`trainer.warmup.keep_epochs`: one warm-up of N epochs gives the warm-ups of 1..N-1 epochs, exactly."""
+    from safetensors.torch import load_file
+
+    warm = [*TINY, "trainer.iterations=0", "trainer.validation.at_start=false", "trainer.warmup.dialogues=6"]
+    longer = RunLayout(
+        train(
+            load_config(
+                [*warm, f"run_dir={tmp_path / 'three'}", "trainer.warmup.epochs=3", "trainer.warmup.keep_epochs=true"]
+            )
+        )
+    ).warmup
+    two = RunLayout(train(load_config([*warm, f"run_dir={tmp_path / 'two'}", "trainer.warmup.epochs=2"]))).warmup
+    assert sorted(p.name for p in longer.path.glob("epoch*")) == ["epoch1", "epoch2"]  # the last is warmup/ itself
+    assert not list(two.path.glob("epoch*"))  # off by default
+    kept, final = (json.loads(w.summary.read_text()) for w in (longer.epoch(2), two))
+    assert (kept["epochs"], kept["sequences_trained"]) == (2, 2 * kept["sequences"]) and kept["sequences"] > 0
+    assert {k: kept[k] for k in ("sequences_trained", "nll_first", "nll_last")} == {
+        k: final[k] for k in ("sequences_trained", "nll_first", "nll_last")
+    }
+    same, other = (load_file(w.model / "model.safetensors") for w in (longer.epoch(2), longer.epoch(1)))
+    assert all(torch.equal(t, same[k]) for k, t in load_file(two.model / "model.safetensors").items())
+    assert not all(torch.equal(t, other[k]) for k, t in same.items())  # each epoch moved the weights
+    assert longer.epoch(1).dialogues.read_text() == longer.dialogues.read_text()  # an anchor's pool, too
+    again = train(load_config([*warm, f"run_dir={tmp_path / 'again'}", f"trainer.warmup.reuse={longer.epoch(1).path}"]))
+    assert json.loads(RunLayout(again).warmup.summary.read_text())["reused_from"] == str(longer.epoch(1).path)
+
+
 def test_the_training_budget_stops_before_a_step_as_long_as_the_longest_would_overrun_it():
     budget = TrainingBudget(max_minutes=1.0)
     budget.add_warmup(0.5)  # 30 s of the 60

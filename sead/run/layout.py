@@ -19,6 +19,7 @@ here and nowhere else:
                                 (with PPO's value head), rng.pt, trainer_state.json (step, controller, counters),
                                 manifest.json
   warmup/                       dialogues.jsonl of the reference agent, the warmed model/, summary.json (embedded)
+  warmup/epoch<k>/              the same after epoch k of a longer warm-up (trainer.warmup.keep_epochs)
   response_cache.jsonl          user replies kept for replay (dialogue.response_cache, embedded)
   verl/iter_NNN/                verl's own files of one iteration (verl backend)
 """
@@ -72,6 +73,10 @@ class WarmupFolder:
     model = Entry("model")
     summary = Entry("summary.json")
     dialogues = Entry("dialogues.jsonl")
+
+    def epoch(self, k: int) -> WarmupFolder:
+        """The model after epoch `k` of a longer warm-up (`trainer.warmup.keep_epochs`), itself a reusable warm-up."""
+        return WarmupFolder(self.path / f"epoch{k}")
 
 
 @dataclass(frozen=True)

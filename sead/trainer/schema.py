@@ -101,6 +101,9 @@ class WarmupConfig:
     max_turns: int = number(15, ge=1)  # the reference agent's dialogues run to their natural end ...
     max_new_tokens: int = number(200, ge=1)  # ... with room for its full tag block, whatever the RL settings are
     max_minutes: float | None = number(None, gt=0)  # stop fine-tuning when the warm-up has taken this long (None = off)
+    # also save the model after each epoch but the last as warmup/epoch<k>/, a warm-up another run can reuse:
+    # one run of N epochs gives the warm-ups of 1..N epochs, to choose the warm-up's length by what it measures
+    keep_epochs: bool = False
     # An earlier run's `warmup/` directory: start from the model it saved instead of warming up again, and count
     # the minutes that warm-up took as this run's training time (RL settings can be tried from one warm-up).
     reuse: str | None = None

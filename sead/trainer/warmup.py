@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -75,23 +76,42 @@ async def warmup(
     seqs = [s for e in chosen for s in agent_sequences(e)]
     task = progress.add_task("warm-up fine-tuning", total=cfg.epochs * max(1, -(-len(seqs) // cfg.micro_batch)))
     deadline = None if cfg.max_minutes is None else started + 60 * cfg.max_minutes
+
+    def summary(losses: list[float], trained: int, epochs: int) -> dict:
+        return {
+            "dialogues": len(episodes),
+            "sim_errors": len(episodes) - len(played),
+            "imitated": len(chosen),
+            "sequences": len(seqs),
+            "epochs": epochs,
+            "sequences_trained": trained,
+            "stopped_by_time": trained < epochs * len(seqs),
+            "minutes": (time.perf_counter() - started) / 60,
+            "reference_CR": sum(e.success for e in played) / len(played) if played else None,
+            # means of the first and last (up to) five optimiser steps: one dialogue's loss alone is noisy
+            "nll_first": _mean(losses[:5]),
+            "nll_last": _mean(losses[-5:]),
+        }
+
+    def keep_epoch(epoch: int, losses: list[float], trained: int) -> None:
+        # The model after `epoch` of a longer warm-up is the model of a warm-up of that many epochs (same shuffles,
+        # same optimiser state, constant lr): one run measures several warm-up lengths.
+        kept = out.epoch(epoch)
+        save_warmup(kept, summary(losses, trained, epoch), model, tokenizer)
+        shutil.copyfile(out.dialogues, kept.dialogues)  # the imitation anchor's pool, as in the full warm-up
+
     losses, trained = await compute.arun(
-        _imitate, model, seqs, cfg, deadline=deadline, autocast=autocast, advance=lambda: progress.advance(task)
+        _imitate,
+        model,
+        seqs,
+        cfg,
+        deadline=deadline,
+        autocast=autocast,
+        advance=lambda: progress.advance(task),
+        on_epoch=keep_epoch if cfg.keep_epochs else None,
     )
     progress.remove_task(task)
-    return {
-        "dialogues": len(episodes),
-        "sim_errors": len(episodes) - len(played),
-        "imitated": len(chosen),
-        "sequences": len(seqs),
-        "sequences_trained": trained,
-        "stopped_by_time": trained < cfg.epochs * len(seqs),
-        "minutes": (time.perf_counter() - started) / 60,
-        "reference_CR": sum(e.success for e in played) / len(played) if played else None,
-        # means of the first and last (up to) five optimiser steps: one dialogue's loss alone is noisy
-        "nll_first": _mean(losses[:5]),
-        "nll_last": _mean(losses[-5:]),
-    }
+    return summary(losses, trained, cfg.epochs)
 
 
 def imitated(episodes: list[Episode], successful_only: bool) -> list[Episode]:
@@ -124,14 +144,17 @@ def imitation_anchor(src: WarmupFolder, successful_only: bool) -> list[list[Sequ
     return pool
 
 
-def _imitate(model, seqs: list[Sequence], cfg: WarmupConfig, *, deadline, autocast, advance) -> tuple[list, int]:
+def _imitate(
+    model, seqs: list[Sequence], cfg: WarmupConfig, *, deadline, autocast, advance, on_epoch=None
+) -> tuple[list, int]:
     """Fine-tune `model` on `seqs`, one optimiser step per micro-batch until `deadline` (perf_counter seconds, or
-    None). Returns the losses and the sequences trained on."""
+    None); `on_epoch(epoch, losses, trained)` after each whole epoch but the last. Returns the losses and the
+    sequences trained on."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
     order = random.Random(cfg.seed)
     model.train()
     losses, trained = [], 0
-    for _ in range(cfg.epochs):
+    for epoch in range(1, cfg.epochs + 1):
         order.shuffle(seqs)
         for i in range(0, len(seqs), cfg.micro_batch):
             if deadline is not None and time.perf_counter() >= deadline:
@@ -147,6 +170,8 @@ def _imitate(model, seqs: list[Sequence], cfg: WarmupConfig, *, deadline, autoca
             losses.append(float(loss.detach()))
             trained += len(batch)
             advance()
+        if on_epoch is not None and epoch < cfg.epochs and trained == epoch * len(seqs):
+            on_epoch(epoch, losses, trained)
     return losses, trained
 
 
