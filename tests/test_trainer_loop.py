@@ -225,8 +225,6 @@ def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates
 
 def test_a_warmup_keeps_each_epochs_model_and_each_is_the_warmup_of_that_length(tmp_path):
     """`trainer.warmup.keep_epochs`: one warm-up of N epochs gives the warm-ups of 1..N-1 epochs, exactly."""
-    from safetensors.torch import load_file
-
     warm = [*TINY, "trainer.iterations=0", "trainer.validation.at_start=false", "trainer.warmup.dialogues=6"]
     longer = RunLayout(
         train(
@@ -243,8 +241,8 @@ def test_a_warmup_keeps_each_epochs_model_and_each_is_the_warmup_of_that_length(
     assert {k: kept[k] for k in ("sequences_trained", "nll_first", "nll_last")} == {
         k: final[k] for k in ("sequences_trained", "nll_first", "nll_last")
     }
-    same, other = (load_file(w.model / "model.safetensors") for w in (longer.epoch(2), longer.epoch(1)))
-    assert all(torch.equal(t, same[k]) for k, t in load_file(two.model / "model.safetensors").items())
+    same, other = (_weights(w.model) for w in (longer.epoch(2), longer.epoch(1)))
+    assert all(torch.equal(t, same[k]) for k, t in _weights(two.model).items())
     assert not all(torch.equal(t, other[k]) for k, t in same.items())  # each epoch moved the weights
     assert longer.epoch(1).dialogues.read_text() == longer.dialogues.read_text()  # an anchor's pool, too
     again = train(load_config([*warm, f"run_dir={tmp_path / 'again'}", f"trainer.warmup.reuse={longer.epoch(1).path}"]))
