@@ -16,12 +16,12 @@ from sead.dialogue.mask_audit import spans
 from sead.dialogue.runner import RunnerConfig, run_episode
 from sead.dialogue.seeds import train_episode_seed
 from sead.eval.testset import sample_testset
-from sead.policy.adversarial import EchoAgent
+from sead.policy.adversarial import EchoAgent, GuessingAgent
 from sead.policy.scripted import ReferenceAgent
 from sead.reward import RewardWeights, compute_reward
 from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile
-from sead.trainer.branching import branch_jobs, branch_points, concern_turns, setbacks
+from sead.trainer.branching import branch_jobs, branch_points, concern_turns, setbacks, unanswered_turns
 from sead.trainer.loop import rollout_jobs, train
 from sead.trainer.schema import BranchConfig
 from sead.usersim.rules import normalise
@@ -208,6 +208,46 @@ def test_the_scripted_user_reports_the_concerns_a_reference_dialogue_answers(res
             answered = reference.rules.kinds_answered(normalise(ep.turns[k].agent.response))
             cuts.append(answered == [reports[k - 1]["active_concern"]])
     assert len(cuts) >= 10 and sum(cuts) / len(cuts) > 0.9, cuts
+
+
+def test_unanswered_cuts_replay_the_reply_that_left_a_concern_open():
+    profile = Profile.make({"cooperation": 2, "emotion": 2, "trust": 2}, [])
+    turns = [Turn(agent(2, 2, 2, 0), user(2, 2, 2)), Turn(agent(2, 2, 2, 1), user(2, 2, 2))]
+    turns += [Turn(agent(2, 2, 2, 1), feedback="format!"), Turn(agent(2, 2, 2, 1), user(2, 2, 2))]
+    turns += [Turn(agent(2, 2, 2, 1), user(2, 2, 2)), Turn(agent(2, 2, 2, 1), user(2, 2, 2, status=-1))]
+    # Cost raised after turn 1; turn 2 a format error; turn 3 leaves Cost open; turn 4 settles it and Trust is
+    # raised; turn 5 leaves Trust open and the user hangs up
+    reports = [{"active_concern": None}, {"active_concern": "Cost_Concerns"}, {"active_concern": "Cost_Concerns"}]
+    reports += [{"active_concern": "Trust_and_Skepticism"}, {"active_concern": "Trust_and_Skepticism"}]
+    ep = Episode(profile, turns, "user_hangup", meta={"seed": 3, "episode_id": "src3", USER_REPORTS: reports})
+    assert unanswered_turns(ep) == [3, 5] and concern_turns(ep) == [2, 4, 5, 6]  # 6: after the last turn
+    cuts = {k for seed in range(40) for _, k in branch_points([ep], 1, random.Random(seed), at="unanswered")}
+    assert cuts == {3, 5}
+    # every concern answered at once: the concern turns, as with at="concern"
+    ep.meta[USER_REPORTS] = [{"active_concern": None}, {"active_concern": "Cost_Concerns"}, {}, {}, {}]
+    assert unanswered_turns(ep) == []
+    assert {k for seed in range(40) for _, k in branch_points([ep], 1, random.Random(seed), at="unanswered")} == {2}
+    assert BranchConfig(at="unanswered").at == "unanswered"
+
+
+def test_on_the_scripted_user_unanswered_cuts_are_the_wrong_answers(restaurant, smollm_tokenizer):
+    """An agent that guesses which concern was raised leaves it open exactly where it guessed wrong (or said a line
+    the user had heard); the reference agent, which reads the concern, almost never does."""
+    guesser, reference = GuessingAgent(restaurant, smollm_tokenizer), ReferenceAgent(restaurant, smollm_tokenizer)
+    wrong, reference_open, reference_concerns = [], 0, 0
+    for i, profile in enumerate(sample_testset(restaurant, 30, 9)):
+        ep = play(restaurant, guesser, profile, smollm_tokenizer, seed=4000 + i)
+        reports = ep.meta[USER_REPORTS]
+        for k in unanswered_turns(ep):
+            said = ep.turns[k].agent.response
+            answered = guesser.rules.kinds_answered(normalise(said))
+            again = said in [t.agent.response for t in ep.turns[:k]]  # the right kind's line, heard before
+            wrong.append(answered != [reports[k - 1]["active_concern"]] or again)
+        ep = play(restaurant, reference, profile, smollm_tokenizer, seed=4000 + i)
+        reference_open += len(unanswered_turns(ep))
+        reference_concerns += len(concern_turns(ep))
+    assert len(wrong) >= 10 and all(wrong), wrong
+    assert reference_concerns >= 10 and reference_open <= 0.1 * reference_concerns, (reference_open, reference_concerns)
 
 
 def test_a_dialogue_gives_several_cuts_at_distinct_turns_when_asked():

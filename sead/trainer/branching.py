@@ -12,7 +12,9 @@ Where to cut (`at`): `uniform` over the source's turns, or `setback`: at a turn 
 (a state dimension it reports fell, or it hung up), read from the user's own tags, so any simulator that reports
 its state serves. A setback cut replays exactly the turn that went wrong, where the continuations' choices differ
 the most in what they earn. `concern`: at a turn that replies to a concern the user voiced and still holds open (the
-simulator's `active_concern` report): which answer the agent picks there decides what it earns.
+simulator's `active_concern` report): which answer the agent picks there decides what it earns. `unanswered`: at
+a turn whose reply left the user's concern open (another kind's answer, or the same line again), the decision a
+near-deterministic policy gets wrong; in a dialogue with none, at a concern turn as above.
 
 What to cut (`source`): the step's own dialogues, or (`reference`) the scripted reference agent's dialogues with the
 same users and draws. A policy that loses most users early never reaches their later concerns in its own
@@ -57,21 +59,40 @@ def concern_turns(episode: Episode) -> list[int]:
     return out
 
 
-MARKED_TURNS = {"setback": setbacks, "concern": concern_turns}  # branch.at -> the turns it cuts at
+def unanswered_turns(episode: Episode) -> list[int]:
+    """Agent turns (0-based) that replied to an open concern and left it open: the user's report after the reply
+    still names the concern it named before it (a dodge, another kind's answer, or the same line said again)."""
+    reports, out, open_kind = iter(episode.meta.get(USER_REPORTS, [])), [], None
+    for k, turn in enumerate(episode.turns):
+        if turn.user is None:
+            continue
+        kind = next(reports, {}).get("active_concern")
+        if open_kind is not None and kind == open_kind:
+            out.append(k)
+        open_kind = kind
+    return out
+
+
+# branch.at -> the turns it cuts at; `unanswered` falls back to the dialogue's concern turns where it left none open
+MARKED_TURNS = {
+    "setback": setbacks,
+    "concern": concern_turns,
+    "unanswered": lambda e: unanswered_turns(e) or concern_turns(e),
+}
 
 
 def branch_points(
     episodes: list[Episode], groups: int, rng: random.Random, at: str = "uniform", per_dialogue: int = 1
 ) -> list[tuple[Episode, int]]:
-    """(source dialogue, agent turns replayed) for up to `groups` groups: failed dialogues first, then won ones,
-    each shuffled, spread over the step's profiles (a profile gets a second group only once every other one has
-    had one) and never the same state twice. The cut lies after the first turn and up to the last, so at least one
-    of the source's turns is replayed and at least its last one is played again: uniform there, or
-    (`at="setback"` / `"concern"`) uniform over that range's marked turns, where it has any. A dialogue gives up to
-    `per_dialogue` cuts, each at another turn. A dialogue that ended at its first turn is cut before it: its group
-    plays the opening afresh. Without that, no group would ever train the opening where groups of whole dialogues
-    are single rollouts, and an opening that drifts (a turn of several stacked `<response>` blocks, lost as
-    malformed) spreads unchecked until no group differs at all (benchmarks/RESULTS.md, session 43).
+    """(source dialogue, agent turns replayed) for up to `groups` groups: failed dialogues first, then won ones, each
+    shuffled, spread over the step's profiles (a profile gets a second group only once every other one has had one) and
+    never the same state twice. The cut lies after the first turn and up to the last, so at least one of the source's
+    turns is replayed and at least its last one is played again: uniform there, or (`at="setback"` / `"concern"` /
+    `"unanswered"`) uniform over that range's marked turns, where it has any. A dialogue gives up to `per_dialogue`
+    cuts, each at another turn. A dialogue that ended at its first turn is cut before it: its group plays the opening
+    afresh. Without that, no group would ever train the opening where groups of whole dialogues are single rollouts, and
+    an opening that drifts (a turn of several stacked `<response>` blocks, lost as malformed) spreads unchecked until no
+    group differs at all (benchmarks/RESULTS.md, session 43).
 
     Why spread: the rollouts of one profile often say the same lines (one user per group, a near-deterministic
     policy), so cutting several of them repeats one state; n groups of one state weigh it n times in the update,

@@ -77,8 +77,9 @@ class BranchConfig:
 
     groups: int = number(0, ge=0)
     size: int = number(4, ge=2, le=MAX_GROUP_MEMBERS)  # a group of one has no advantage
-    # where to cut: any turn, one after which the user lost ground, or one that answers a concern the user voiced
-    at: str = one_of("uniform", "setback", "concern")
+    # where to cut: any turn, one after which the user lost ground, one that answers a concern the user voiced, or
+    # one whose reply left that concern open
+    at: str = one_of("uniform", "setback", "concern", "unanswered")
     # what to cut: the step's own dialogues, or the scripted reference agent's with the same users and draws (no
     # model; their prefixes reach the states a policy that fails early never reaches)
     source: str = one_of("own", "reference")
