@@ -50,27 +50,24 @@ def setbacks(episode: Episode) -> list[int]:
     return out
 
 
+def open_concerns(episode: Episode) -> list[tuple[int, str | None]]:
+    """(agent turn, concern the user reported open after its reply) for each turn the user answered: the simulator
+    sends one report per user turn, in order, so turns answered by a format-error message have none."""
+    reports = iter(episode.meta.get(USER_REPORTS, []))
+    answered = [k for k, turn in enumerate(episode.turns) if turn.user is not None]
+    return [(k, next(reports, {}).get("active_concern")) for k in answered]
+
+
 def concern_turns(episode: Episode) -> list[int]:
     """Agent turns (0-based) that reply to a user turn after which the user reported a concern still open."""
-    reports, out = iter(episode.meta.get(USER_REPORTS, [])), []  # one report per user turn, in order
-    for k, turn in enumerate(episode.turns):
-        if turn.user is not None and next(reports, {}).get("active_concern") is not None:
-            out.append(k + 1)
-    return out
+    return [k + 1 for k, kind in open_concerns(episode) if kind is not None]
 
 
 def unanswered_turns(episode: Episode) -> list[int]:
     """Agent turns (0-based) that replied to an open concern and left it open: the user's report after the reply
     still names the concern it named before it (a dodge, another kind's answer, or the same line said again)."""
-    reports, out, open_kind = iter(episode.meta.get(USER_REPORTS, [])), [], None
-    for k, turn in enumerate(episode.turns):
-        if turn.user is None:
-            continue
-        kind = next(reports, {}).get("active_concern")
-        if open_kind is not None and kind == open_kind:
-            out.append(k)
-        open_kind = kind
-    return out
+    reported = open_concerns(episode)
+    return [k for (_, before), (k, after) in zip(reported, reported[1:]) if before is not None and after == before]
 
 
 # branch.at -> the turns it cuts at; `unanswered` falls back to the dialogue's concern turns where it left none open
