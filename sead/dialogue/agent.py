@@ -85,8 +85,29 @@ class BatchingPolicy(AgentPolicy):
             try:
                 outs = await compute.arun(self.sample, [r for r, _ in batch])
             except Exception as e:
-                for _, fut in batch:
-                    fut.set_exception(e)
+                _settle(batch, e)
                 continue
-            for (_, fut), out in zip(batch, outs):
-                fut.set_result(out)
+            except BaseException as e:
+                # A Ctrl-C or a test's timeout raised inside the sampler, or this task cancelled: this worker stops,
+                # so every request still waiting must hear of it, or its episode awaits an answer forever. The
+                # waiters carry the exception on; only a cancellation of this task is its own to raise.
+                waiting, self._pending = [*batch, *self._pending], []
+                _settle(waiting, e)
+                if isinstance(e, asyncio.CancelledError):
+                    raise
+                return
+            _settle(batch, outs)
+
+
+def _settle(waiting: list[tuple[AgentRequest, asyncio.Future]], outcome: list[AgentOutput] | BaseException) -> None:
+    """Each waiting request's output in order, or one exception for all. A waiter cancelled meanwhile (its episode
+    stopped) is skipped: setting it would raise and stop the worker for the others."""
+    for i, (_, fut) in enumerate(waiting):
+        if fut.done():
+            continue
+        if isinstance(outcome, asyncio.CancelledError):  # a future cannot hold a cancellation as its exception
+            fut.cancel()
+        elif isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome[i])
