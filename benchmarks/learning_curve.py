@@ -134,6 +134,7 @@ COMPARISONS = [
     ("warmup_only", "base", "what the warm-up adds to the base model"),
     ("grpo_fixed", "imitation_only", "what GRPO adds to its imitation anchor alone"),
     ("imitation_only", "warmup_only", "what the imitation anchor alone adds to the warm-up"),
+    ("reference", "warmup_only", "how far the reference agent the warm-up imitates is ahead of it: RL's room"),
 ]
 TARGET = {"min_gain_points": 10.0, "max_p": 0.01, "max_rl_minutes": 60.0}
 ARMS = {
@@ -321,6 +322,30 @@ def arm(run: Path, label: str) -> dict:
     }
 
 
+def reference_arm(out: Path, run: Path) -> dict:
+    """The scripted reference agent on the held-out dialogues of `run`, an arm (`sead.run.reference_play`), played
+    again at each report (seconds): what imitation aims at, and close to the best this simulator lets any agent do."""
+    from sead.metrics import wilson_interval
+    from sead.run.frozen_config import read_saved_config
+    from sead.run.paired import validation_outcomes
+    from sead.run.reference_play import play_reference
+
+    dialogues = play_reference(read_saved_config(RunLayout(run).config), out / "reference_dialogues.jsonl")
+    outcomes = validation_outcomes(dialogues)
+    scored = [o["success"] for o in outcomes.values() if o["success"] is not None]
+    ci = wilson_interval(sum(scored), len(scored))  # refuses n = 0 (every dialogue a simulator error) by name
+    return {
+        "label": "scripted reference agent (imitated, never trained)",
+        "completed": sum(scored),
+        "n": len(scored),
+        "CR": sum(scored) / len(scored),
+        "ci95": ci,
+        "funnel": funnel_of(dialogues),
+        "dialogues": str(dialogues),
+        "outcomes": outcomes_to_json(outcomes),
+    }
+
+
 def funnel_of(dialogues: Path) -> dict | None:
     """The SOP funnel of a validation written before its metrics held one, from its dialogues."""
     from sead.dialogue.episode import Episode
@@ -407,7 +432,11 @@ def collect(out: Path, earlier: Path | None = None) -> dict:
     configs = {n: a["config"] for n, a in arms.items()}
     check_same_task(configs)
     check_same_simulator(arms)
-    comparisons = compare(arms)
+    anchor = configs.get("grpo_fixed") or next(iter(configs.values()))
+    # played from a run here (its config file keeps the types a JSON copy loses); else the earlier results' own
+    played_in = next((out / n for n in measured), None)
+    reference = reference_arm(out, played_in) if played_in else before.get("reference")
+    comparisons = compare({**arms, **({"reference": reference} if reference else {})})
     times_path = out / "phase_times.json"
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
     ran = [n for n in PHASES if RunLayout(out / n).machine.exists()]
@@ -415,7 +444,6 @@ def collect(out: Path, earlier: Path | None = None) -> dict:
     phases.update({n: phase_record(out / n, times.get(n)) for n in ran})
     steps = {n: before["rl_steps"][n] for n in carried if n in before["rl_steps"]}
     steps.update({n: rl_steps(out / n) for n in measured if n.startswith("grpo")})
-    anchor = configs.get("grpo_fixed") or next(iter(configs.values()))
     reused = anchor["trainer"]["warmup"]["reuse"]  # the warm-up the arms started from (--warmup-from or out/warmup)
     warm = WarmupFolder(Path(reused)).summary if reused else RunLayout(out / "warmup").warmup.summary
     return {
@@ -424,6 +452,7 @@ def collect(out: Path, earlier: Path | None = None) -> dict:
         "user_simulator": anchor["usersim"]["name"],
         "warmup": json.loads(warm.read_text()) if warm.exists() else before.get("warmup"),
         "arms": arms,
+        "reference": reference,
         "comparisons": comparisons,
         "target": target(comparisons, steps.get("grpo_fixed", [])),
         "curriculum": next((c for c in comparisons if (c["a"], c["b"]) == COMPARISONS[1][:2]), None),
@@ -490,6 +519,9 @@ def tables(result: dict) -> list[dict]:
         car, ack = (mean_with_ci(**a[k], digits=3) for k in ("CAR", "ACK"))
         label = a["label"] + (" (earlier results)" if "from" in a else "")
         arms.append([label, str(a["grpo_steps"]), cr, f"{a['completed']} / {a['n']}", car, ack])
+    if ref := result["reference"]:
+        cr = mean_with_ci(ref["CR"], ref["ci95"], digits=3)
+        arms.append([ref["label"], "-", cr, f"{ref['completed']} / {ref['n']}", "", ""])  # CAR, ACK: see the funnels
     out = [
         {
             "caption": f"held-out: {h['profiles']} profiles x {h['trials']} trials, seed {h['seed']}, greedy",
@@ -497,7 +529,8 @@ def tables(result: dict) -> list[dict]:
             "rows": arms,
         }
     ]
-    out += [t for t in (where_lost(result["arms"]), lost_to_table(result["arms"]), concerns_table(result["arms"])) if t]
+    measured = {**result["arms"], **({"reference": ref} if ref else {})}
+    out += [t for t in (where_lost(measured), lost_to_table(measured), concerns_table(measured)) if t]
     out.append(
         {
             "caption": "paired on the same dialogues: exact McNemar, two-sided",
@@ -574,7 +607,25 @@ def findings(result: dict) -> list[str]:
         )
     if c := result["curriculum"]:
         lines.append(f"what the curriculum adds, grpo_sead_joint vs grpo_fixed: {' points, p = '.join(gain_and_p(c))}")
+    if room := headroom(result):
+        lines.append(room)
     return lines
+
+
+def headroom(result: dict) -> str | None:
+    """How much of the gap to the reference agent the claim's +10 points would take: RL that only closes that gap
+    (imitation's aim) cannot gain more than the reference wins beyond warm-up only."""
+    c = next((c for c in result["comparisons"] if (c["a"], c["b"]) == ("reference", "warmup_only")), None)
+    if c is None:
+        return None
+    ref, needed = result["reference"], math.ceil(TARGET["min_gain_points"] * c["pairs"] / 100)
+    room = c["only_a"]
+    share = f"{needed / room:.0%} of those {room}" if needed <= room else f"more than the {room} it wins"
+    return (
+        f"room: the scripted reference agent completes {ref['completed']} / {ref['n']}, winning {c['only_a']} "
+        f"dialogues warm-up only loses (and losing {c['only_b']} it wins); the target's "
+        f"+{TARGET['min_gain_points']:g} points take {needed} more won than lost: {share}"
+    )
 
 
 def show(result: dict) -> None:

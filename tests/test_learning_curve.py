@@ -2,6 +2,7 @@
 --quick mode on the tiny model (one saved warm-up that every arm starts from, step budgets, the report). The tiny
 model completes nothing, so no learning is asserted: only that the experiment is the one it claims to be."""
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -10,10 +11,14 @@ import torch
 from benchmark_scripts import load_benchmark
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
+from scripted_play import StubTokenizer, converse
 
-from sead.config import load_config
+from sead.config import build_scenario, build_usersim, load_config
 from sead.dialogue import Episode, read_rollouts
+from sead.dialogue.seeds import validation_episode_seed
 from sead.metrics import concerns_by_kind, mcnemar_exact, wilson_interval
+from sead.policy.scripted import ReferenceAgent
+from sead.run.fixed_profiles import fixed_profiles
 from sead.run.layout import RunLayout
 from sead.run.paired import paired_comparison, validation_outcomes
 from sead.scenario.tags import AGENT_READING_VERSION
@@ -139,7 +144,8 @@ def test_every_arm_reports_cr_with_its_wilson_ci_and_the_user_side_measures(quic
     for arm in result["arms"].values():  # the concerns by kind are those of the arm's own dialogues
         episodes = [Episode.from_dict(r) for r in read_rollouts(arm["dialogues"])]
         assert arm["funnel"]["concerns"] == concerns_by_kind(e for e in episodes if not e.sim_error)
-    voiced = {k for a in result["arms"].values() for k in a["funnel"]["concerns"]}
+    shown = [*result["arms"].values(), result["reference"]]  # the reference agent's funnel is tabled beside them
+    voiced = {k for a in shown for k in a["funnel"]["concerns"]}
     assert ("concerns by kind: answered / voiced" in page) == bool(voiced)
     assert all(f"<td>{kind}</td>" in page for kind in voiced)
     assert [a["grpo_steps"] for a in result["arms"].values()] == [0, 0, QUICK_STEPS, QUICK_STEPS]
@@ -150,14 +156,49 @@ def test_comparisons_are_exact_mcnemar_tests_on_the_arms_own_dialogues(quick):
     _, result = quick
     pairs = {(c["a"], c["b"]): c for c in result["comparisons"]}
     assert list(pairs)[:2] == [("grpo_fixed", "warmup_only"), ("grpo_sead_joint", "grpo_fixed")]
+    played = {**result["arms"], "reference": result["reference"]}
     for (a, b), c in pairs.items():
-        files = (Path(result["arms"][name]["dialogues"]) for name in (a, b))
+        files = (Path(played[name]["dialogues"]) for name in (a, b))
         assert {k: v for k, v in c.items() if k not in ("a", "b", "measures")} == paired_comparison(
             *map(validation_outcomes, files)
         )
         assert c["pairs"] == QUICK_DIALOGUES and c["p_mcnemar"] == mcnemar_exact(c["only_a"], c["only_b"])
     claim = pairs["grpo_fixed", "warmup_only"]
     assert result["target"]["gain_points"] == claim["gain_points"] and result["target"]["met"] is False
+
+
+def test_the_reference_agent_plays_the_arms_own_dialogues_beside_them(quick):
+    """What the warm-up imitates, on the same users and simulator draws: each of its dialogues is the one the
+    reference agent plays alone with that user and seed, and the report pairs it with warm-up only."""
+    out, result = quick
+    ref = result["reference"]
+    assert ref["n"] == QUICK_DIALOGUES and ref["ci95"] == wilson_interval(ref["completed"], ref["n"])
+    room = next(c for c in result["comparisons"] if (c["a"], c["b"]) == ("reference", "warmup_only"))
+    assert room["pairs"] == QUICK_DIALOGUES  # paired: the same dialogue ids with the same profiles
+    page = (out / "learning_curve.html").read_text()
+    assert ref["label"] in page and f"room: the scripted reference agent completes {ref['completed']} / " in page
+    cfg = OmegaConf.create(result["config"])
+    scenario, held_out = build_scenario(cfg), result["held_out"]
+    played = {e.meta["episode_id"]: e for e in map(Episode.from_dict, read_rollouts(ref["dialogues"]))}
+    for i, profile in enumerate(fixed_profiles(scenario, held_out["profiles"], held_out["seed"])):
+        for trial in range(held_out["trials"]):
+            seed = validation_episode_seed(held_out["seed"], i, trial)
+            agent, user = ReferenceAgent(scenario, StubTokenizer()), build_usersim(cfg, scenario)
+            alone = asyncio.run(converse(scenario, agent, user, profile, seed, max_turns=cfg.dialogue.max_turns))
+            here = played[f"val{i}-{trial}"]
+            assert [t.agent.response for t in here.turns] == [t.agent.response for t in alone.turns]
+            assert (here.success, here.end_reason) == (alone.success, alone.end_reason)
+
+
+def test_the_room_line_says_how_much_of_the_gap_to_the_reference_the_target_takes(script):
+    room = {"a": "reference", "b": "warmup_only", "pairs": 200, "only_a": 32, "only_b": 0}
+    result = {"reference": {"completed": 136, "n": 200}, "comparisons": [room]}
+    assert script.headroom(result).endswith("the target's +10 points take 20 more won than lost: 62% of those 32")
+    room["only_a"] = 20
+    assert script.headroom(result).endswith("take 20 more won than lost: 100% of those 20")
+    room["only_a"] = 7  # the reference wins fewer than the target needs
+    assert script.headroom(result).endswith("take 20 more won than lost: more than the 7 it wins")
+    assert script.headroom({**result, "comparisons": []}) is None
 
 
 def test_the_arms_start_from_the_one_saved_warm_up(quick):
@@ -301,6 +342,9 @@ def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick,
     assert again["repeated"] == {"warmup_only": {"dialogues": QUICK_DIALOGUES, "ended_otherwise": 0}}
     assert again["rl_steps"] == result["rl_steps"] and again["target"] == result["target"]
     assert again["phases"]["grpo_fixed"]["from"] == str(earlier) and "from" not in again["phases"]["warmup_only"]
+    # the reference agent is played again from a run measured here, or, where none is, carried from the results
+    assert again["reference"]["outcomes"] == result["reference"]["outcomes"]
+    assert script.collect(tmp_path / "nothing here", earlier)["reference"] == result["reference"]
 
     def altered(change) -> Path:
         data = json.loads(earlier.read_text())

@@ -8,10 +8,22 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sead.dialogue.batch import EpisodeJob
 from sead.dialogue.rollout_log import read_rollouts
+from sead.dialogue.seeds import validation_episode_seed
 from sead.metrics import mcnemar_exact
+from sead.scenario.profiles import Profile
 
 VALIDATION_ID = re.compile(r"val(\d+)-(\d+)")
+
+
+def validation_jobs(profiles: list[Profile], seed: int, trials: int) -> list[EpisodeJob]:
+    """A validation's dialogues: each profile `trials` times, under the id and seed its (profile, trial) fixes."""
+    return [
+        EpisodeJob(p, seed=validation_episode_seed(seed, i, trial), episode_id=f"val{i}-{trial}", group=i)
+        for i, p in enumerate(profiles)
+        for trial in range(trials)
+    ]
 
 
 def validation_outcomes(path: Path) -> dict[tuple[int, int], dict]:

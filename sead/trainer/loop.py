@@ -19,7 +19,7 @@ from sead.config import build_controller, build_scenario, build_usersim, check_c
 from sead.controller.plausibility import check_endpoint, training_profiles
 from sead.dialogue import EpisodeJob, RolloutLog, run_batch
 from sead.dialogue.response_cache import ResponseCache
-from sead.dialogue.seeds import group_agent_seed, imitation_seed, train_episode_seed, validation_episode_seed
+from sead.dialogue.seeds import group_agent_seed, imitation_seed, train_episode_seed
 from sead.errors import SEADInputError
 from sead.metrics import HackMonitor
 from sead.models.loading import ModelConfig, load_model
@@ -32,6 +32,7 @@ from sead.run.layout import BASE_MODEL, CheckpointFolder, RunLayout, WarmupFolde
 from sead.run.lock import run_dir_lock
 from sead.run.machine import record_machine
 from sead.run.metrics_log import MetricsLogger
+from sead.run.paired import validation_jobs
 from sead.run.scoring import EpisodeScorer
 from sead.run.start import start_or_resume
 from sead.run.steps import StepRecord, finish_step, unplayed_step, write_controller_state, write_validation_metrics
@@ -273,11 +274,7 @@ class Trainer:
         warm-up (BASE_MODEL)."""
         t0 = time.perf_counter()
         vc = self.tc.validation
-        jobs = [
-            EpisodeJob(p, seed=validation_episode_seed(vc.seed, i, trial), episode_id=f"val{i}-{trial}", group=i)
-            for i, p in enumerate(self.val_profiles)
-            for trial in range(vc.trials)
-        ]
+        jobs = validation_jobs(self.val_profiles, vc.seed, vc.trials)
         name = "base model (before warm-up)" if iteration == BASE_MODEL else iteration
         policy = await compute.arun(self._validation_policy)
         eps = await self._play(
