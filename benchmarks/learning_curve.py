@@ -529,8 +529,8 @@ def tables(result: dict) -> list[dict]:
             "rows": arms,
         }
     ]
-    measured = {**result["arms"], **({"reference": ref} if ref else {})}
-    out += [t for t in (where_lost(measured), lost_to_table(measured), concerns_table(measured)) if t]
+    shown = {**result["arms"], **({"reference": ref} if ref else {})}
+    out += [t for t in (where_lost(shown), lost_to_table(shown), concerns_table(shown)) if t]
     out.append(
         {
             "caption": "paired on the same dialogues: exact McNemar, two-sided",
@@ -689,6 +689,8 @@ def plot(result: dict, path: Path) -> None:
         err = [[yi - lo for yi, (lo, _) in zip(y, ci)], [hi - yi for yi, (_, hi) in zip(y, ci)]]
         bars = ax.bar(x, y, width=0.38, yerr=err, capsize=4, label=f"{name} (95% CI)")
         ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=2)
+    if ref := result["reference"]:  # the agent the warm-up imitates, on the same dialogues: the room RL has
+        ax.axhline(100 * ref["CR"], ls="--", lw=1, color="grey", label="CR of the scripted reference agent")
     ax.set_xticks(range(len(arms)), [a["label"] for a in arms], fontsize=8)
     ax.set_ylim(0, 105)
     ax.set_ylabel("CR: % of dialogues; CAR: % of voiced concerns")
