@@ -1,7 +1,7 @@
 """The scripted reference agent, which the warm-up imitates, played on a run's own validation dialogues: the same
 users, seeds, simulator and turn limit. Set beside the models, it shows how much room the warm-up leaves: against
-the scripted user it never leaves a concern open, so the calls it loses are lost to the user's patience and trust,
-which RL's choice of words can move little."""
+the scripted user it never leaves a concern open, so the calls it loses are lost to the user's impatience and
+distrust, which an agent's words reach only through the user's trust, and right answers already raise it."""
 
 from __future__ import annotations
 
