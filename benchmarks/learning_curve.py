@@ -324,7 +324,8 @@ def arm(run: Path, label: str) -> dict:
 
 def reference_arm(out: Path, run: Path) -> dict:
     """The scripted reference agent on the held-out dialogues of `run`, an arm (`sead.run.reference_play`), played
-    again at each report (seconds): what imitation aims at, and close to the best this simulator lets any agent do."""
+    again at each report (seconds): what imitation aims at (its losses are the user's impatience and distrust, see
+    that module)."""
     from sead.metrics import wilson_interval
     from sead.run.frozen_config import read_saved_config
     from sead.run.paired import validation_outcomes
@@ -622,7 +623,7 @@ def headroom(result: dict) -> str | None:
     room = c["only_a"]
     share = f"{needed / room:.0%} of those {room}" if needed <= room else f"more than the {room} it wins"
     return (
-        f"room: the scripted reference agent completes {ref['completed']} / {ref['n']}, winning {c['only_a']} "
+        f"room: the scripted reference agent completes {ref['completed']} / {ref['n']}, winning {room} "
         f"dialogues warm-up only loses (and losing {c['only_b']} it wins); the target's "
         f"+{TARGET['min_gain_points']:g} points take {needed} more won than lost: {share}"
     )
