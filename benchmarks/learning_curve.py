@@ -77,19 +77,25 @@ WARMUP = [
     "trainer.warmup.max_minutes=null",
 ]
 # GRPO as chosen on the development seed only (benchmarks/RESULTS.md): each step, 16 profiles played once, then 16
-# groups of 4 continuations branched at a turn that answers a concern the user still held open, played to the end
-# of the dialogue (the warmed model samples almost deterministically, so whole-dialogue groups rarely differ; which
-# answer it gives there decides the call). Cut there and scored to the end: +7 and +15 points over the warm-up in
-# two training runs (sessions 24-25); cut where the user lost ground instead (this script's recipe from session 15
-# to 25: +10 there, nothing held-out). One simulated user per group, advantages not divided by the group's std
-# (which blew small differences up to full size), lr 5e-5, plus the concern-answer term. One step per iteration,
-# so the curriculum can act every step. The model measured is the average of the weights over the updates (d = 0.8,
-# set before it was first tried, not tuned): one run's greedy CR swung by up to 17 points between checkpoints a few
-# steps apart; on the development seed, in three runs, the average gained +7, +10 and +0.5 where the live policy
-# gained -3, +10 and -3 (sessions 43-44; a dialogue lost at its opening is branched from it since session 43).
-# The loss is a token mean over every dialogue the step played, flat groups included (`loss_tokens=played`): with
-# 2-12 of 32 groups differing, a step moved the weights as far on two groups as on twelve. Same three run seeds on
-# the development seed: +14, +10, +4.5 where they had gained +10, +0.5, +7 (session 45).
+# groups of 4 continuations branched at a turn where the user held a concern open (now: the turn whose reply left it
+# open, below), played to the end of the dialogue (the warmed model samples almost deterministically, so
+# whole-dialogue groups rarely differ; which answer it gives there decides the call). Cut there and scored to the end:
+# +7 and +15 points over the warm-up in two training runs (sessions 24-25); cut where the user lost ground instead
+# (this script's recipe from session 15 to 25: +10 there, nothing held-out). One simulated user per group, advantages
+# not divided by the group's std (which blew small differences up to full size), lr 5e-5, plus the concern-answer
+# term. One step per iteration, so the curriculum can act every step. The model measured is the average of the weights
+# over the updates (d = 0.8, set before it was first tried, not tuned): one run's greedy CR swung by up to 17 points
+# between checkpoints a few steps apart; on the development seed, in three runs, the average gained +7, +10 and +0.5
+# where the live policy gained -3, +10 and -3 (sessions 43-44; a dialogue lost at its opening is branched from it
+# since session 43).
+# The loss is a token mean over every dialogue the step played, flat groups included (`loss_tokens=played`): with 2-12
+# of 32 groups differing, a step moved the weights as far on two groups as on twelve. Same three run seeds on the
+# development seed: +14, +10, +4.5 where they had gained +10, +0.5, +7 (session 45).
+# Over the four-epoch warm-up the policy samples nearly one line per context, so groups rarely differ: sampling at
+# T = 1.3 and cutting where the reply left the user's concern open (`branch.at=unanswered`) were chosen on the
+# development seed, run seed 5 (sessions 57-59): T = 1.0 with concern cuts 105/200, T = 1.3 109, T = 1.3 with
+# unanswered cuts 109 and the most differing groups a step (5.1 of 32 against 3.0 and 3.5); all within chance of the
+# warm-up's 104.
 GRPO = [
     "reward.stage_progress=0.5",
     "reward.concerns_answered=0.5",
@@ -100,9 +106,9 @@ GRPO = [
     "trainer.group_user=shared",
     "trainer.branch.groups=16",
     "trainer.branch.size=4",
-    "trainer.branch.at=concern",
+    "trainer.branch.at=unanswered",
     "trainer.turn_cache_mb=2048",
-    "trainer.sampling.temperature=1.0",
+    "trainer.sampling.temperature=1.3",
     "trainer.update.kl_coef=0",
     "trainer.update.lr=5e-5",
     "trainer.update.normalise_std=false",
