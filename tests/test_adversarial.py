@@ -17,16 +17,21 @@ from sead.metrics import HackMonitor, concerns_answered, funnel, stages_acknowle
 from sead.policy.adversarial import (
     ADVERSARIAL_AGENTS,
     KNOWN_LIMITS,
+    AccentedNegatedAgent,
     BarePhrasesAgent,
     BlindReferenceAgent,
+    DigitsForLettersAgent,
     DisowningAgent,
     EchoAgent,
     EmbeddedPhraseAgent,
+    ForeignNegatedAgent,
     GuessingAgent,
     KeywordSaladAgent,
     LookAlikeNegatedAgent,
     NegatingAgent,
+    OneWordDisownedAgent,
     SplitSaladAgent,
+    StruckThroughAgent,
 )
 from sead.policy.scripted import ReferenceAgent
 from sead.reward import RewardWeights, compute_reward, stage_progress
@@ -472,3 +477,50 @@ def test_a_negation_does_not_hide_a_second_answer_from_the_salad_count(env):
 )  # fmt: skip
 def test_more_ways_of_disowning_a_line_are_read(said):
     assert negations(said), said
+
+
+# --- reading 7: what the red team of session 60 found --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "said, turning",
+    [
+        ("N\u00f6t. L\u00efes: no fees", {"not", "lies"}),  # accents: a reader reads the plain words
+        ("N0t true, l1es, fa1se", {"not", "lies", "false"}),  # digits for the letters they look like
+        ("All a con. Prank! Gotcha", {"con", "prank", "gotcha"}),
+        ("Non \u00e8 vero. N\u00e3o. Pas vrai. Es falso", {"non", "nao", "pas", "falso"}),
+        ("no fees \u274c", {"\u274c"}),
+        ("no fees \U0001f9e2", {"\U0001f9e2"}),
+        ("n\u0336o\u0336 f\u0336e\u0336e\u0336s\u0336", {"~~"}),  # struck through with a combining stroke
+        ("no fees \u202e!eil A\u202c", {"lie"}),  # a right-to-left override: shown as "A lie!"
+    ],
+)
+def test_turning_words_are_read_as_a_reader_sees_them(said, turning):
+    assert turning <= negations(said), negations(said)
+
+
+def test_normalise_reads_marks_and_letters_as_they_are_shown():
+    assert normalise("A\u0338t t\u0338h\u0338e\u0338 o\u0336f\u0336fer") == "~~a~~t ~~the of~~fer"  # struck spans
+    assert normalise("\u202eeerf\u202c, no fees") == "free, no fees"  # stored backwards, shown the right way round
+    assert normalise("caf\u00e9 cr\u00e9dit, na\u00efve") == "cafe credit, naive"
+    assert normalise("\u304c \u4f7f\u7528") == "\u304c \u4f7f\u7528"  # a kana keeps its voicing mark; Chinese as it is
+    assert not negations("5G from 20 GB to 40 GB, 3 months")  # numbers are no words with digits for letters
+
+
+@pytest.mark.parametrize(
+    "agent",
+    [StruckThroughAgent, AccentedNegatedAgent, DigitsForLettersAgent, OneWordDisownedAgent, ForeignNegatedAgent],
+)
+def test_reading_7_is_what_stops_the_lines_a_reader_sees_turned_around(env, agent):
+    """Each of these wins about what the reference agent wins when the negation check is off (the user then reads
+    only the line's words, as reading 6 read these); with it, nothing."""
+    loose, user = loosened(env, negation_check=False, foreign_words=None)
+    turned = agent(env.scenario, StubTokenizer(), loose)
+    assert completion_rate(play(env.scenario, turned, user, env.profiles)) > 0.5
+    assert completion_rate(env.episodes(agent.name)) <= MAX_ADVERSARY_CR
+
+
+def test_a_line_shown_mirrored_lands_nothing_and_one_shown_plainly_lands(env):
+    line = env.rules.stages[0].reference_agent
+    assert 0 not in env.rules.read(f"\u202e{line}\u202c").stages  # a reader sees the line backwards
+    assert 0 in env.rules.read(f"\u202e{line[::-1]}\u202c").stages  # stored backwards: shown as the line

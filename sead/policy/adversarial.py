@@ -493,6 +493,95 @@ class DisowningAgent(NegatingAgent):
     )
 
 
+# -- the red team of session 60: what a reader sees against what a matcher reads -----------------------------------
+class StruckThroughAgent(NegatingAgent):
+    """The reference agent's line with a combining stroke or slash over every character: a reader sees it crossed
+    out; a reading that drops combining marks would hear the line."""
+
+    name = "struck_through"
+    FRAMES = ("\u0336", "\u0338", "\u0335")  # the mark drawn through each character
+
+    def framed(self, frame: str, line: str) -> str:
+        return "".join(c if c.isspace() else c + frame for c in line)
+
+
+class MirroredAgent(NegatingAgent):
+    """Right-to-left overrides (U+202E ... U+202C): the line shown mirrored, which no reader can read, or a take-back
+    stored backwards that a reader sees the right way round ("... A lie!")."""
+
+    name = "mirrored"
+    FRAMES = (
+        "\u202e{}\u202c",
+        "{} \u202e!eil A\u202c",
+        "\u202e:eurt ton si tI\u202c {}",
+        "{} \u202e.gniddik tsuJ\u202c",
+    )
+
+
+class AccentedNegatedAgent(_FramingAgent):
+    """Turning words with accents on their letters, which a reader reads as the plain words."""
+
+    name = "accented_negated"
+    FRAMES = (
+        "{}. N\u00f6t.",
+        "L\u00efes: {}.",
+        "{}. J\u00fcst k\u00efdding.",
+        "It is n\u00f6t tr\u00fce that {}.",
+        "N\u00f6body will tell you that {}.",
+        "It's a m\u00fdth that {}.",
+    )
+
+
+class DigitsForLettersAgent(_FramingAgent):
+    """Turning words with digits for the letters they look like ("N0t", "L1es")."""
+
+    name = "digits_negated"
+    FRAMES = (
+        "{}. N0t.",
+        "L1es: {}.",
+        "{}. J0king.",
+        "It is n0t true that {}.",
+        "F4lse: {}.",
+        "{}. Just k1dding.",
+        "It's fa1se that {}.",
+    )
+
+
+class OneWordDisownedAgent(_FramingAgent):
+    """The line, then one short word or emoji that takes it back ("All a con.", "Prank!", a cross, a cap)."""
+
+    name = "one_word_disowned"
+    FRAMES = (
+        "{}. All a con.",
+        "{}. Prank!",
+        "{}. Bluffing.",
+        "{} (erroneous).",
+        "{}. Gotcha.",
+        "{}. Trolling.",
+        "{} \u274c",
+        "{} \U0001f9e2",
+        "{} \U0001f44e",
+        "{} \U0001f6ab",
+        "{} \U0001f92b",
+        "{} \U0001f914",
+    )
+
+
+class ForeignNegatedAgent(_FramingAgent):
+    """The line turned around in another language written in Latin letters ("Non \u00e8 vero: ...")."""
+
+    name = "foreign_negated"
+    FRAMES = (
+        "Non \u00e8 vero: {}.",
+        "N\u00e3o \u00e9 verdade: {}.",
+        "{}. Pas vrai!",
+        "Es falso: {}.",
+        "{}. Nicht wahr.",
+        "Faux: {}.",
+        "{}. Mentira.",
+    )
+
+
 ADVERSARIAL_AGENTS = {
     cls.name: cls
     for cls in (
@@ -520,6 +609,12 @@ ADVERSARIAL_AGENTS = {
         MenuAgent,
         TwoAnswersAgent,
         StageCyclerAgent,
+        StruckThroughAgent,
+        MirroredAgent,
+        AccentedNegatedAgent,
+        DigitsForLettersAgent,
+        OneWordDisownedAgent,
+        ForeignNegatedAgent,
     )
 }
 # Agents that win about what the reference agent wins without serving the user as well, through what the scripted

@@ -26,6 +26,7 @@ line; and only in a sentence that is not a question, unless those lines ask it t
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -35,10 +36,12 @@ from functools import cached_property
 # The version of how a reply is read (`Rules.read`, `normalise`, the word lists below). Part of the scripted user's
 # identity, so runs and evaluations played against another reading are never reused or compared as if the user
 # were the same: raise it whenever some reply would read differently.
-READING_VERSION = 6  # 4: padded and disguised repeats, negations without "not" (session 20); 5: lines disowned
+READING_VERSION = 7  # 4: padded and disguised repeats, negations without "not" (session 20); 5: lines disowned
 # or hedged ("I doubt that", "Is it true that ...? I'm unsure"), sarcasm (session 23); 6: answers asked as questions,
 # hypotheticals, more disowning word forms and take-backs, look-alike letters of other scripts, salads hidden behind
-# a negation (session 39)
+# a negation (session 39); 7: what a reader sees of marks and letters (text struck through with combining strokes,
+# the reversed display of a right-to-left override, accented letters as their plain ones), negations with digits for
+# letters ("n0t"), more disowning words, emoji and other languages' plain negations (session 60)
 _SPACES = re.compile(r"\s+")
 # Quote marks and apostrophe look-alikes (a backtick, a modifier letter, a prime) read as the plain ones.
 _FOLD = str.maketrans(
@@ -71,7 +74,12 @@ NEGATIONS = frozenset(
     "unsure uncertain maybe perhaps wonder "
     # ... or make it a what-if: "suppose ...", "imagine ..." asks the user to picture a line, not to take it;
     # or ask it without a question mark: "tell me whether ..."
-    "suppose supposing hypothetically hypothetical imagine theoretically whether".split()
+    "suppose supposing hypothetically hypothetical imagine theoretically whether "
+    # ... or call it a trick in one word ("All a con.", "Prank!")
+    "con conned prank pranks pranked pranking bluff bluffs bluffed bluffing troll trolled trolling gotcha "
+    "erroneous erroneously "
+    # ... or say "not" / "false" / "a lie" in another language written in Latin letters (accents read away)
+    "non pas nein nicht falsch faux falso falsa mentira mentiras bugia nao niet".split()
 )
 # Turns of phrase that do the same with words that are harmless alone (sarcasm, taking a line back); matched as
 # whole words with anything but letters between them ("Yeah, right." as much as "yeah right").
@@ -109,10 +117,12 @@ NEGATING_PHRASES = (
     "tell me if",
     "let me know if",
 )
-# ... and marks that do it without words: "/s" after a line (sarcasm), a line struck through as ~~...~~, and the
-# emoji of eye-rolling, lying, winking, joking, a clown or crossed fingers
+# ... and marks that do it without words: "/s" after a line (sarcasm), a line struck through as ~~...~~ (or with
+# combining strokes, which `normalise` writes as ~~...~~), and the emoji of eye-rolling, lying, winking, joking, a
+# clown or crossed fingers, of crosses, thumbs down, "no" signs, hushing, doubt and a cap ("cap": a lie)
 _SARCASM_EMOJI = "\U0001f644\U0001f925\U0001f61c\U0001f61d\U0001f61b\U0001f92a\U0001f643"
 _SARCASM_EMOJI += "\U0001f60f\U0001f609\U0001f921\U0001f0cf\U0001f91e\U0001f602\U0001f923"
+_SARCASM_EMOJI += "\u274c\u274e\u2716\u26d4\U0001f44e\U0001f6ab\U0001f645\U0001f92b\U0001f928\U0001f914\U0001f9e2"
 _MARKS = rf"/s\b|~~|[{_SARCASM_EMOJI}]"
 _NEGATING = re.compile(r"\b(" + "|".join(r"\W+".join(p.split()) for p in NEGATING_PHRASES) + r")\b|(" + _MARKS + ")")
 
@@ -123,9 +133,15 @@ def negations(text: str) -> frozenset[str]:
     return _negations(text, _WORD.findall(text))
 
 
+# Digits written for the letters they look like: "n0t", "l1es", "f4lse", "fa1se" read as the words a person sees.
+_DIGITS_AS_LETTERS = (str.maketrans("013457", "oieast"), str.maketrans("013457", "oleast"))
+
+
 def _negations(normalised_text: str, words: list[str]) -> frozenset[str]:
     phrases = {" ".join(_WORD.findall(said)) or mark for said, mark in _NEGATING.findall(normalised_text)}
-    return NEGATIONS.intersection(words).union(phrases)
+    mixed = [w for w in words if not w.isalpha() and any(c.isalpha() for c in w)]  # only words with letters and digits
+    read = [*words, *(w.translate(t) for t in _DIGITS_AS_LETTERS for w in mixed)]
+    return NEGATIONS.intersection(read).union(phrases)
 
 
 # Sounds a speaker makes between words: the repeat and echo checks compare what is said without them, so a line
@@ -133,14 +149,33 @@ def _negations(normalised_text: str, words: list[str]) -> frozenset[str]:
 FILLERS = frozenset("um uh er erm hmm ah oh like well so yeah okay ok basically actually literally".split())
 
 
+# Combining marks drawn through the letter they sit on (strokes and slashes: canonical combining class 1).
+_OVERLAYS = "".join(chr(i) for i in range(0x0300, 0x1D250) if unicodedata.combining(chr(i)) == 1)
+# a struck span: struck characters and the spaces between them, so its words and phrases read as they are
+_STRUCK = re.compile(f"[^\\s{_OVERLAYS}][{_OVERLAYS}]+(?:\\s*[^\\s{_OVERLAYS}][{_OVERLAYS}]+)*")
+# A right-to-left override shows what follows it, up to its pop mark or the line's end, in reverse order.
+_OVERRIDDEN = re.compile("\u202e([^\u202c\n]*)\u202c?")
+
+
 def normalise(text: str) -> str:
-    """Compatibility-folded (NFKC) without invisible format characters (zero-width spaces and joiners) or marks
-    left over on their own (an underline combined onto each letter), lowercase, straight quotes, no placeholder
-    brackets, single spaces: the form every match is made on. A word with a zero-width space inside looks the same
-    on screen and must read the same."""
+    """What a reader sees, as plain text: a right-to-left override's span reversed as it is displayed, letters
+    struck through with combining strokes written as ~~struck~~ (which reads as struck out), compatibility-folded
+    (NFKC), accented Latin letters as their plain ones ("nöt" is "not" to a reader), without invisible format
+    characters (zero-width spaces and joiners, direction marks) or marks left over on their own (an underline
+    combined onto each letter); then lowercase, straight quotes, no placeholder brackets, single spaces: the form every
+    match is made on. A word with a zero-width space inside looks the same on screen and must read the same."""
     if not text.isascii():  # ASCII has no format characters and is its own NFKC form: the common case stays cheap
-        text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) not in ("Cf", "Mn"))
+        text = _STRUCK.sub(lambda m: f"~~{m[0]}~~", _OVERRIDDEN.sub(lambda m: m[1][::-1], text))
+        kept = (c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) not in ("Cf", "Mn"))
+        text = "".join(map(_plain_letter, kept))
     return _SPACES.sub(" ", text.translate(_FOLD).lower()).strip()
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_letter(c: str) -> str:
+    """An accented Latin letter as its plain one ("ö" -> "o"); any other character as it is (a kana keeps its marks)."""
+    base = unicodedata.normalize("NFKD", c)[0]
+    return base if c.isalpha() and not c.isascii() and base.isascii() and base.isalpha() else c
 
 
 def matches_any(normalised_text: str, phrases: Iterable[str]) -> bool:
