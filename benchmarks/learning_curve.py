@@ -402,6 +402,11 @@ def compare(arms: dict[str, dict]) -> list[dict]:
     ]
 
 
+def comparison(comparisons: list[dict], a: str, b: str) -> dict | None:
+    """The comparison of arm `a` against arm `b`, if both were measured."""
+    return next((c for c in comparisons if (c["a"], c["b"]) == (a, b)), None)
+
+
 def phase_record(run: Path, wall: dict | None) -> dict:
     """Where and how long a phase ran: the invocation's wall time, the warm-up's or the RL steps' own minutes,
     and the CPU from the run's machine.json."""
@@ -462,7 +467,7 @@ def collect(out: Path, earlier: Path | None = None) -> dict:
         "reference": reference,
         "comparisons": comparisons,
         "target": target(comparisons, steps.get("grpo_fixed", [])),
-        "curriculum": next((c for c in comparisons if (c["a"], c["b"]) == COMPARISONS[1][:2]), None),
+        "curriculum": comparison(comparisons, *COMPARISONS[1][:2]),
         "repeated": repeated(measured, before["arms"]),
         "phases": phases,
         "rl_steps": {n: steps[n] for n in arms if n in steps},
@@ -504,7 +509,7 @@ def repeated(measured: dict[str, dict], earlier: dict[str, dict]) -> dict:
 
 def target(comparisons: list[dict], steps: list[dict]) -> dict | None:
     """The claim fixed before the run, checked on its one comparison: gain, paired p and the minutes of RL."""
-    claim = next((c for c in comparisons if (c["a"], c["b"]) == COMPARISONS[0][:2]), None)
+    claim = comparison(comparisons, *COMPARISONS[0][:2])
     if claim is None:
         return None
     rl_minutes = sum(s["step_s"] for s in steps) / 60
@@ -622,7 +627,7 @@ def findings(result: dict) -> list[str]:
 def headroom(result: dict) -> str | None:
     """How much of the gap to the reference agent the claim's +10 points would take: RL that only closes that gap
     (imitation's aim) cannot gain more than the reference wins beyond warm-up only."""
-    c = next((c for c in result["comparisons"] if (c["a"], c["b"]) == ("reference", "warmup_only")), None)
+    c = comparison(result["comparisons"], "reference", "warmup_only")
     if c is None:
         return None
     ref, needed = result["reference"], math.ceil(TARGET["min_gain_points"] * c["pairs"] / 100)
