@@ -270,11 +270,18 @@ def simulator_changes(a: dict | None, b: dict | None) -> str:
     return describe_changes(environment_changes(a, b))
 
 
-def refuse_other_simulator(run: Path, cfg) -> None:
+def checkout_simulator(cfg) -> dict:
+    """The user simulator this checkout builds from `cfg`, as runs record it (usersim.json)."""
     from sead.config import build_scenario, build_usersim
     from sead.usersim.base import comparable_environment, environment_identity
 
-    now = comparable_environment(environment_identity(build_usersim(cfg, build_scenario(cfg))))
+    return comparable_environment(environment_identity(build_usersim(cfg, build_scenario(cfg))))
+
+
+def refuse_other_simulator(run: Path, cfg) -> None:
+    from sead.usersim.base import comparable_environment
+
+    now = checkout_simulator(cfg)
     layout = RunLayout(run)
     for record in (layout.usersim, *layout.resume_usersims().values()):  # a resume may have changed it on the way
         then = comparable_environment(json.loads(record.read_text()))
@@ -330,14 +337,15 @@ def arm(run: Path, label: str) -> dict:
 
 def reference_arm(out: Path, run: Path) -> dict:
     """The scripted reference agent on the held-out dialogues of `run`, an arm (`sead.run.reference_play`), played
-    again at each report (seconds): what imitation aims at (its losses are the user's impatience and distrust, see
-    that module)."""
+    again at each report (seconds) with this checkout's user simulator, which it records: what imitation aims at
+    (its losses are the user's impatience and distrust, see that module)."""
     from sead.metrics import wilson_interval
     from sead.run.frozen_config import read_saved_config
     from sead.run.paired import validation_outcomes
     from sead.run.reference_play import play_reference
 
-    dialogues = play_reference(read_saved_config(RunLayout(run).config), out / "reference_dialogues.jsonl")
+    cfg = read_saved_config(RunLayout(run).config)
+    dialogues = play_reference(cfg, out / "reference_dialogues.jsonl")
     outcomes = validation_outcomes(dialogues)
     scored = [o["success"] for o in outcomes.values() if o["success"] is not None]
     ci = wilson_interval(sum(scored), len(scored))  # refuses n = 0 (every dialogue a simulator error) by name
@@ -348,6 +356,7 @@ def reference_arm(out: Path, run: Path) -> dict:
         "CR": sum(scored) / len(scored),
         "ci95": ci,
         "funnel": funnel_of(dialogues),
+        "user_simulator": checkout_simulator(cfg),
         "dialogues": str(dialogues),
         "outcomes": outcomes_to_json(outcomes),
     }
@@ -381,14 +390,14 @@ def check_same_task(configs: dict[str, dict]) -> None:
             raise SystemExit(f"{first} and {name} pose different tasks or held-out sets ({', '.join(changes[:6])})")
 
 
-def check_same_simulator(arms: dict[str, dict]) -> None:
+def check_same_simulator(arms: dict[str, dict], remedy: str = "") -> None:
     """Arms compared must have met one user: a change of its rules between them (an --earlier arm from before) would
-    pass for a change of the agent."""
+    pass for a change of the agent. The reference agent is one of them."""
     (first, a), *others = arms.items()
     for name, b in others:
         if a.get("user_simulator") != b.get("user_simulator"):
             why = simulator_changes(a.get("user_simulator"), b.get("user_simulator"))
-            raise SystemExit(f"{first} and {name} were measured against different user simulators ({why})")
+            raise SystemExit(f"{first} and {name} were measured against different user simulators ({why}){remedy}")
 
 
 def compare(arms: dict[str, dict]) -> list[dict]:
@@ -448,6 +457,9 @@ def collect(out: Path, earlier: Path | None = None) -> dict:
     # played from a run here (its config file keeps the types a JSON copy loses); else the earlier results' own
     played_in = next((out / n for n in measured), None)
     reference = reference_arm(out, played_in) if played_in else before.get("reference")
+    if reference:  # played here with this checkout's simulator, which may be newer than the one the arms met
+        remedy = "; the reference agent is played with this checkout's: report from the one that played the arms"
+        check_same_simulator({**arms, "reference": reference}, remedy * bool(played_in))
     comparisons = compare({**arms, **({"reference": reference} if reference else {})})
     times_path = out / "phase_times.json"
     times = json.loads(times_path.read_text()) if times_path.exists() else {}

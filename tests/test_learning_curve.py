@@ -4,6 +4,7 @@ model completes nothing, so no learning is asserted: only that the experiment is
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -370,6 +371,28 @@ def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick,
     why = f"agent_reading {older} -> {AGENT_READING_VERSION}"
     with pytest.raises(SystemExit, match=rf"different user simulators .*{why}"):
         script.collect(later, altered(lambda base: base["user_simulator"].update(agent_reading=older)))
+
+
+def test_the_reference_agent_is_refused_beside_arms_that_met_another_user(script, quick, tmp_path):
+    """The reference agent is played again at each report with this checkout's user simulator: beside arms recorded
+    under an older reading of replies, a change of the user would pass for room the agent has left."""
+    out, _ = quick
+    older = READING_VERSION - 1
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    for record in copy.glob("*/usersim.json"):
+        record.write_text(json.dumps({**json.loads(record.read_text()), "reading": older}))
+    why = "base and reference were measured against different user simulators "
+    why += rf"\(.*reading {older} -> {READING_VERSION}"
+    with pytest.raises(SystemExit, match=why + r"\); the reference agent is played with this checkout's"):
+        script.collect(copy)
+    # carried from earlier results (no run here to play it from), it is held to the arms' user all the same
+    data = json.loads((out / "learning_curve.json").read_text())
+    data["reference"]["user_simulator"]["reading"] = older
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match=rf"base and reference .*reading {READING_VERSION} -> {older}\)$"):
+        script.collect(tmp_path / "nothing here", earlier)
 
 
 def test_several_runs_of_the_script_are_read_as_one_verdict_on_the_recipe(quick, tmp_path):

@@ -2,8 +2,9 @@
 
 A user simulator is only as good as the policies it cannot be fooled by, so every rule of the scripted user is
 tested against these (tests/test_adversarial.py: each completes at most 5% of the test profiles on every shipped
-scenario). None of them reads what the user asks for; all write well-formed turns whose `<stage>` tag counts up
-by one per turn, the cheapest way to look as if the SOP were being followed.
+scenario, except `guess_answers`, bounded by what a constant answer wins). None of them reads what the user asks
+for; all write well-formed turns whose `<stage>` tag counts up by one per turn, the cheapest way to look as if the
+SOP were being followed.
 
 - `salad`: one short sentence holding a cue of every SOP stage and an answer phrase of every concern category;
 - `salad_rotating`: the same, with other phrases in another order every turn, so consecutive turns differ;
