@@ -26,12 +26,11 @@ line; and only in a sentence that is not a question, unless those lines ask it t
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 # The version of how a reply is read (`Rules.read`, `normalise`, the word lists below). Part of the scripted user's
 # identity, so runs and evaluations played against another reading are never reused or compared as if the user
@@ -171,7 +170,7 @@ def normalise(text: str) -> str:
     return _SPACES.sub(" ", text.translate(_FOLD).lower()).strip()
 
 
-@functools.lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)
 def _plain_letter(c: str) -> str:
     """An accented Latin letter as its plain one ("ö" -> "o"); any other character as it is (a kana keeps its marks)."""
     base = unicodedata.normalize("NFKD", c)[0]
