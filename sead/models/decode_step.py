@@ -30,7 +30,14 @@ from torch import nn
 
 from sead.models.attention import NAME as ATTENTION
 from sead.models.attention import gqa_attention
-from sead.models.decode_kernel import decode_layers, pack_small_rows, small_rows_linear
+from sead.models.decode_kernel import (
+    decode_layers,
+    decode_layers_fp32,
+    pack_small_rows,
+    pack_small_rows_fp32,
+    small_rows_linear,
+    small_rows_linear_fp32,
+)
 from sead.models.packed_linear import PACKED_DTYPES, pack_weight, packed_forward, packing_available
 from sead.models.weights import weights_version
 
@@ -51,29 +58,42 @@ PREFIX_MATMUL_ROWS = 48  # from here the fused step attends the shared prompt by
 
 def _linear(weight: torch.Tensor, packed: bool):
     """`x -> x @ weight.T` as `PackedLinears` would compute it for a layer with this weight: from a oneDNN pack
-    where that is bit-equal to `F.linear`, else `F.linear`; at a decoding step's rows the small-rows kernel where it
-    runs."""
+    where that is bit-equal to `F.linear`, else `F.linear`; at a decoding step's rows the small-rows kernel of the
+    weight's dtype where it runs (fp32: `F.linear` above its rows)."""
+    if weight.dtype == torch.float32 and weight.device.type == "cpu" and (op := small_rows_linear_fp32()) is not None:
+        return _SmallRowsOr(weight, op, pack_small_rows_fp32(weight), partial(F.linear, weight=weight))
     if not packed:
         return partial(F.linear, weight=weight)
     op = small_rows_linear() if weight.dtype == torch.bfloat16 else None
-    return partial(packed_forward, pack_weight(weight), None) if op is None else _SmallRowsOr(weight, op)
+    if op is None:
+        return partial(packed_forward, pack_weight(weight), None)
+    return _SmallRowsOr(weight, op, pack_small_rows(weight), _PackedOnFirstUse(weight))
+
+
+class _PackedOnFirstUse:
+    """oneDNN's packed linear, its pack made on the first call: above the small-rows kernel's rows, which
+    decoding may never reach before the next weight update makes the packs again."""
+
+    def __init__(self, weight: torch.Tensor):
+        self.weight, self._packed = weight, None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed is None:
+            self._packed = pack_weight(self.weight)
+        return packed_forward(self._packed, None, x)
 
 
 class _SmallRowsOr:
-    """The compiled small-rows kernel up to `SMALL_ROWS` rows of x, oneDNN's packed linear above. The oneDNN pack is
-    made on its first use: the kernel takes every decoding row count measured, and the packs are made again after
-    every weight update."""
+    """The compiled small-rows kernel up to `SMALL_ROWS` rows of x, `large` above."""
 
-    def __init__(self, weight: torch.Tensor, op):
-        self.weight, self.op, self.packed, self.out = weight, op, pack_small_rows(weight), weight.shape[0]
-        self._large = None
+    def __init__(self, weight: torch.Tensor, op, packed: torch.Tensor, large):
+        self.op, self.packed, self.out, self.large = op, packed, weight.shape[0], large
+        self.fp32 = weight.dtype == torch.float32
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if USE_SMALL_ROWS and x.numel() <= SMALL_ROWS * x.shape[-1]:
             return self.op(x, self.packed, self.out)
-        if self._large is None:
-            self._large = pack_weight(self.weight)
-        return packed_forward(self._large, None, x)
+        return self.large(x)
 
 
 def supported(model) -> bool:
@@ -114,13 +134,17 @@ class _Layer:
         self.inner = mlp.gate_proj.out_features
 
 
-def _fused_weights(layers: list[_Layer]) -> dict | None:
-    """What `decode_layers` takes of every layer: the norms' weights and the small-rows packs of its linears; None
-    where the step has no such packs (not bf16, no kernel) or the fused step cannot be built here."""
+def _fused_step(layers: list[_Layer]) -> tuple | None:
+    """(the fused step's kernel for the weights' dtype, `decode_layers` (bf16) or `decode_layers_fp32`; what it
+    takes of every layer: the norms' weights and the small-rows packs of its linears); None where the step has no
+    such packs (no small-rows kernel for its dtype here) or the fused step cannot be built here."""
     linears = [f for layer in layers for f in (layer.qkv, layer.o, layer.gate_up, layer.down)]
-    if not all(isinstance(f, _SmallRowsOr) for f in linears) or decode_layers() is None:
+    if not all(isinstance(f, _SmallRowsOr) for f in linears):
         return None
-    return {
+    op = decode_layers_fp32() if all(f.fp32 for f in linears) else decode_layers()
+    if op is None:
+        return None
+    return op, {
         "norm_in": [layer.norm_in.weight.detach() for layer in layers],
         "qkv": [layer.qkv.packed for layer in layers],
         "o": [layer.o.packed for layer in layers],
@@ -167,7 +191,7 @@ class DecodeStep:
         if self._built is None or self._built[0] != key:
             packed = packing_available(model, self.pack_dtypes)
             layers = [_Layer(layer, packed) for layer in model.model.layers]
-            fused = _fused_weights(layers) if self.head_dim in (64, 128) else None
+            fused = _fused_step(layers) if self.head_dim in (64, 128) else None
             self._built = (key, layers, _linear(model.lm_head.weight.detach(), packed), fused)
         return self._built[1:]
 
@@ -194,14 +218,17 @@ class DecodeStep:
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
         cos, sin = self._rotary(positions, x.dtype)
         if fused is not None and USE_FUSED and rows <= FUSED_ROWS and mask is not None and mask.dtype == torch.bool:
+            op, weights = fused
             keys, values = [c.keys for c in cache.layers], [c.values for c in cache.layers]
             prefix = shared_kv or []
-            x = decode_layers()(
-                x.view(rows, -1), cos.view(rows, d), sin.view(rows, d), *fused.values(), keys, values,
+            args = [
+                x.view(rows, -1), cos.view(rows, d), sin.view(rows, d), *weights.values(), keys, values,
                 [p[0] for p in prefix], [p[1] for p in prefix], mask.reshape(rows, -1).contiguous(),
                 int(column), nh, nkv, layers[0].inner, layers[0].norm_in.variance_epsilon, layers[0].attn.scaling,
-                PREFIX_MATMUL_ROWS,
-            )[:, None]  # fmt: skip
+            ]  # fmt: skip
+            if x.dtype == torch.bfloat16:  # the fp32 step attends the prefix in pieces over the threads, at any rows
+                args.append(PREFIX_MATMUL_ROWS)
+            x = op(*args)[:, None]
             return lm_head(_rms_norm(x, inner.norm))
         for i, layer in enumerate(layers):
             qkv = layer.qkv(_rms_norm(x, layer.norm_in))
