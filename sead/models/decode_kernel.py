@@ -15,7 +15,7 @@
   CPU flash kernel given the mask.
 
 All four need AVX512-BF16 (they serve only bf16 work, the precision SEAD picks on such CPUs) and a C++ compiler
-(`benchmarks/RESULTS.md` has their measurements).
+(`docs/performance.md` has their measurements).
 
 Built with the system's compiler against torch's headers in a private temporary folder (no lock that a killed
 process could leave behind), then renamed into `$SEAD_CACHE_DIR/kernels/` under a name keyed on the source, the
