@@ -1,4 +1,4 @@
-"""What two choices in one GRPO update save (issue 17, section 4), each timed both ways side by side in one run,
+"""What choices in one GRPO update save, each timed both ways side by side in one run,
 in the precision the trainer would choose on this machine (`model.dtype=auto`: fp32 master weights, bf16 autocast
 where the CPU has native bf16), on the same sequences and from the same weights:
 

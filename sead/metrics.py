@@ -55,7 +55,7 @@ does (`Rules.read`) and show a policy gaming it rather than serving the user; ea
 - format_problem_share: over every agent turn, the share with any tag problem (missing, unclosed, out of range,
       two answers; `TagSchema.parse_agent`). The user hears only `<response>`, so a policy can drift into broken
       tags around a good answer without losing calls; it costs tokens, and the tags are what a deployment reads
-      (benchmarks/RESULTS.md, session 48).
+      (measured 2026-11-28).
 `flagged` names those past their limit: the scripted user's own per-reply limits (the rules' `dynamics`: the
 reply length, stages and kinds per reply, repeat and echo shares), any disguised reply, and SHARE_LIMIT for the
 other shares.

@@ -42,7 +42,7 @@ from sead.usersim.scripted import ScriptedUserSimulator
 
 N_PROFILES = 300
 MAX_ADVERSARY_CR = 0.05
-# The reference agent's CR on these profiles and seeds under the simulator and rules of commit 354c99f, before
+# The reference agent's CR on these profiles and seeds under the simulator and rules of 2026-11-24, before
 # salads, echoes, near-repeats and answers to the wrong concern stopped counting (tests/scripted_play.py's loop).
 REFERENCE_CR_BEFORE = {"restaurant": 0.663, "telecom": 0.580}
 REFERENCE_TOLERANCE = 0.05
@@ -362,7 +362,7 @@ def test_lost_calls_name_what_stopped_each_adversary(env, name, objection):
     assert not {"makes sense", "fair enough"} & set(reference)  # moves for the call are no objections
 
 
-# --- reading 6: what the red team of session 39 found ----------------------------------------------------------
+# --- reading 6: what the red team of 2026-11-27 found ----------------------------------------------------------
 
 
 def test_stated_leaves_out_questions_only():
@@ -479,7 +479,7 @@ def test_more_ways_of_disowning_a_line_are_read(said):
     assert negations(said), said
 
 
-# --- reading 7: what the red team of session 60 found --------------------------------------------------------------
+# --- reading 7: what the red team of 2026-11-30 found --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ def test_an_evaluation_whose_agent_turns_were_read_by_older_rules_is_not_resumed
     folder = tmp_path / "o" / "scripted-reference"
     settings = json.loads((folder / "settings.json").read_text())
     assert settings["user_simulator"]["agent_reading"] == AGENT_READING_VERSION
-    settings["user_simulator"]["agent_reading"] = AGENT_READING_VERSION - 1  # before session 48's rule
+    settings["user_simulator"]["agent_reading"] = AGENT_READING_VERSION - 1  # before the rule of 2026-11-28
     (folder / "settings.json").write_text(json.dumps(settings))
     before = (folder / "dialogues.jsonl").read_text()
     assert run_eval(tmp_path, "o", "scripted:reference") == 2

@@ -271,7 +271,7 @@ def test_a_rerun_reuses_finished_phases_and_refuses_one_run_with_other_settings(
     with pytest.raises(SystemExit, match=r"base was run with other settings \(reward.format 0.1 -> 0.3"):
         script.main(["--quick", "--out", str(out), "reward.format=0.3"])
     # a phase played against another user simulator (the rules' dynamics changed since) is not reused either,
-    # nor one whose agent turns were read by older rules (session 48 made a second </response> malformed), nor one
+    # nor one whose agent turns were read by older rules (a second </response> is malformed since 2026-11-28), nor one
     # resumed under older rules on the way (resume_allow_changes)
     base = RunLayout(out / "base")
     saved = base.usersim
@@ -363,7 +363,7 @@ def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick,
         script.collect(later, altered(lambda base: base["user_simulator"]["dynamics"].update(substance_words=0)))
     with pytest.raises(SystemExit, match=r"different user simulators \(one was measured before"):
         script.collect(later, altered(lambda base: base.pop("user_simulator")))
-    # or against the same rules file read by an older reading of replies (session 20 closed holes in code alone)
+    # or against the same rules file read by an older reading of replies (2026-11-25's closed holes in code alone)
     older = READING_VERSION - 1
     with pytest.raises(SystemExit, match=rf"different user simulators .*reading {older} -> {READING_VERSION}"):
         script.collect(later, altered(lambda base: base["user_simulator"].update(reading=older)))

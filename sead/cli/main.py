@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from sead import __version__
 from sead.cli import commands, eval_commands  # noqa: F401  (importing them registers the subcommands)
 from sead.cli.registry import COMMANDS, HELP_FLAGS, Command, console
 from sead.config import check_config, load_config
@@ -33,6 +34,7 @@ def usage(group: tuple[str, ...] = ()) -> str:
     lines = [
         "usage: sead <command> [args] [key=value ...]   (key=value: Hydra overrides of configs/sead.yaml)",
         "       sead <command> --help                  (what a command takes)",
+        "       sead --version",
         "",
     ]
     return "\n".join(lines + [f"  {COMMANDS[w].name:<23} {COMMANDS[w].summary}" for w in shown])
@@ -47,6 +49,9 @@ def find_command(argv: list[str]) -> tuple[Command | None, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:
+        print(f"sead {__version__}")
+        return 0
     cmd, rest = find_command(argv)
     if cmd is None:
         # `sead`, `sead --help`, `sead profiles --help` list commands; anything else is not one

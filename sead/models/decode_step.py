@@ -3,7 +3,7 @@ arithmetic as the transformers forward it stands in for.
 
 At the few rows of a sampling call's tail, a decoding step of the transformers forward spends more time on module
 calls and small operators than on reading the weights (43 ms a step at one row on a 2-vCPU Zen 4, against about
-9 ms to stream SmolLM2's bf16 weights: benchmarks/RESULTS.md). Here the query, key and value projections are one
+9 ms to stream SmolLM2's bf16 weights, measured 2026-11-26). Here the query, key and value projections are one
 matmul and the gate and up projections another (their weights concatenated once and, where `PackedLinears`
 would pack them, packed for oneDNN), the rotary embedding turns queries and keys in one pass, and no hooks, module
 calls or output objects run. Each elementwise operation is transformers' own, in the same dtype and order, so a
@@ -51,7 +51,7 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
 
 SMALL_ROWS = 256  # the kernel's linears measured faster than oneDNN's up to here (1.5x at 1-8 rows, 1.04x at 256)
 USE_SMALL_ROWS = True
-FUSED_ROWS = 128  # up to here a step is one `decode_layers` call (2.3x at 8 rows, 1.3x at 128: RESULTS.md)
+FUSED_ROWS = 128  # up to here a step is one `decode_layers` call (2.3x at 8 rows, 1.4x at 128: docs/performance.md)
 USE_FUSED = True
 PREFIX_MATMUL_ROWS = 48  # from here the fused step attends the shared prompt by matmuls (1x at 16-32 rows, 1.17x at 64)
 

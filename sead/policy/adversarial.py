@@ -494,7 +494,7 @@ class DisowningAgent(NegatingAgent):
     )
 
 
-# -- the red team of session 60: what a reader sees against what a matcher reads -----------------------------------
+# -- the red team of 2026-11-30: what a reader sees against what a matcher reads -----------------------------------
 class StruckThroughAgent(NegatingAgent):
     """The reference agent's line with a combining stroke or slash over every character: a reader sees it crossed
     out; a reading that drops combining marks would hear the line."""
@@ -619,5 +619,5 @@ ADVERSARIAL_AGENTS = {
     )
 }
 # Agents that win about what the reference agent wins without serving the user as well, through what the scripted
-# user cannot judge (README, "User simulators"); the hack monitors flag them.
+# user cannot judge (docs/user_simulators.md); the hack monitors flag them.
 KNOWN_LIMITS = {cls.name: cls for cls in (WordBagAgent, ShuffledLineAgent)}

@@ -60,8 +60,8 @@ class UpdateConfig:
     value_clip: float = number(0.2, ge=0)  # ppo: how far a value prediction may move from its rollout value
     # An imitation anchor (InstructGPT's PPO-ptx, on the warm-up's data): each optimiser step adds imitation_coef x
     # the mean NLL of the agent tokens of `imitation_dialogues` dialogues the warm-up imitated, drawn anew each step.
-    # It holds a reply the warm-up got right where RL rewards a similar reply elsewhere (benchmarks/RESULTS.md,
-    # session 54). It is imitation: read a run's gain against the anchor alone. Needs a warm-up. 0 = off.
+    # It holds a reply the warm-up got right where RL rewards a similar reply elsewhere (measured
+    # 2026-11-29). It is imitation: read a run's gain against the anchor alone. Needs a warm-up. 0 = off.
     imitation_coef: float = number(0.0, ge=0)
     imitation_dialogues: int = number(4, ge=1)
     # false: the anchor alone, no dialogues played and no policy-gradient term (the same optimiser, schedule and

@@ -35,12 +35,12 @@ from functools import cached_property, lru_cache
 # The version of how a reply is read (`Rules.read`, `normalise`, the word lists below). Part of the scripted user's
 # identity, so runs and evaluations played against another reading are never reused or compared as if the user
 # were the same: raise it whenever some reply would read differently.
-READING_VERSION = 7  # 4: padded and disguised repeats, negations without "not" (session 20); 5: lines disowned
-# or hedged ("I doubt that", "Is it true that ...? I'm unsure"), sarcasm (session 23); 6: answers asked as questions,
+READING_VERSION = 7  # 4: padded and disguised repeats, negations without "not" (2026-11-25); 5: lines disowned
+# or hedged ("I doubt that", "Is it true that ...? I'm unsure"), sarcasm (2026-11-25); 6: answers asked as questions,
 # hypotheticals, more disowning word forms and take-backs, look-alike letters of other scripts, salads hidden behind
-# a negation (session 39); 7: what a reader sees of marks and letters (text struck through with combining strokes,
+# a negation (2026-11-27); 7: what a reader sees of marks and letters (text struck through with combining strokes,
 # the reversed display of a right-to-left override, accented letters as their plain ones), negations with digits for
-# letters ("n0t"), more disowning words, emoji and other languages' plain negations (session 60)
+# letters ("n0t"), more disowning words, emoji and other languages' plain negations (2026-11-30)
 _SPACES = re.compile(r"\s+")
 # Quote marks and apostrophe look-alikes (a backtick, a modifier letter, a prime) read as the plain ones.
 _FOLD = str.maketrans(
