@@ -149,6 +149,13 @@ def build_all() -> dict[str, bool]:
     return {name: kernel(name) is not None for name in KERNELS}
 
 
+def usable_for(dtype: str) -> dict[str, bool]:
+    """The kernels that serve `dtype` work (bf16: the AVX512-BF16 ones; float32: the AVX2 ones), name -> usable
+    here, each built now where it was not yet."""
+    isa = {"bfloat16": "avx512_bf16", "float32": "avx2"}.get(dtype)
+    return {name: kernel(name) is not None for name, (_, needs) in KERNELS.items() if needs == isa}
+
+
 def single_query_attention():
     return kernel("single_query_attention")
 
