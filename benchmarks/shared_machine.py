@@ -19,7 +19,10 @@ load as a fraction of the same policy's alone: a fair share of two busy cores is
 
 from __future__ import annotations
 
-import sead  # noqa: F401, I001 - first: SEAD's thread settings reach OpenMP only if set before torch loads
+# isort: off
+import sead  # noqa: F401 - first: SEAD's thread settings reach OpenMP only if set before torch loads
+
+# isort: on
 
 import argparse
 import datetime
@@ -70,9 +73,8 @@ def measure(args) -> dict:
         requests = [AgentRequest(p, [], args.new_tokens, seed=i) for i, p in enumerate(prompts[:rows])]
         policy.sample(requests)  # the shared prompt's keys and values are kept from here, as in a rollout
         steps = args.new_tokens - 1
-        t = roofline.split_timing(model, lambda: sum(len(o.token_ids) for o in policy.sample(requests)), steps, 3)
-        out[f"decode_{rows}_rows"] = rows * steps / t["decode_s"]
-    del policy
+        call = lambda batch=requests: sum(len(o.token_ids) for o in policy.sample(batch))  # noqa: E731
+        out[f"decode_{rows}_rows"] = rows * steps / roofline.split_timing(model, call, steps, 3)["decode_s"]
     if precision.mixed:  # as the trainer runs it: fp32 master weights, the matmuls in the compute precision
         model, _, _ = load_model(ModelConfig(**preset, dtype=precision.master, device="cpu"))
     train = roofline.measure_training(model, tok, roofline.Shape(model), prompts[: args.train_rows], 2)

@@ -135,16 +135,16 @@ class _Layer:
 
 
 def _fused_step(layers: list[_Layer]) -> tuple | None:
-    """(the fused step's kernel for the weights' dtype, `decode_layers` (bf16) or `decode_layers_fp32`; what it
-    takes of every layer: the norms' weights and the small-rows packs of its linears); None where the step has no
-    such packs (no small-rows kernel for its dtype here) or the fused step cannot be built here."""
+    """(whether the weights are fp32, which picks the fused step's kernel at each call (`_fused_kernel`); what it
+    takes of every layer: the norms' weights and the small-rows packs of its linears); None
+    where the step has no such packs (no small-rows kernel for its dtype here) or no fused step can run here."""
     linears = [f for layer in layers for f in (layer.qkv, layer.o, layer.gate_up, layer.down)]
     if not all(isinstance(f, _SmallRowsOr) for f in linears):
         return None
-    op = decode_layers_fp32() if all(f.fp32 for f in linears) else decode_layers()
-    if op is None:
+    fp32 = linears[0].fp32
+    if _fused_kernel(fp32) is None:
         return None
-    return op, {
+    return fp32, {
         "norm_in": [layer.norm_in.weight.detach() for layer in layers],
         "qkv": [layer.qkv.packed for layer in layers],
         "o": [layer.o.packed for layer in layers],
@@ -152,6 +152,11 @@ def _fused_step(layers: list[_Layer]) -> tuple | None:
         "gate_up": [layer.gate_up.packed for layer in layers],
         "down": [layer.down.packed for layer in layers],
     }
+
+
+def _fused_kernel(fp32: bool):
+    """`decode_layers_fp32` or `decode_layers` (bf16), or None where it cannot run here."""
+    return decode_layers_fp32() if fp32 else decode_layers()
 
 
 class DecodeStep:
@@ -217,8 +222,9 @@ class DecodeStep:
         rows, nh, nkv, d = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
         cos, sin = self._rotary(positions, x.dtype)
-        if fused is not None and USE_FUSED and rows <= FUSED_ROWS and mask is not None and mask.dtype == torch.bool:
-            op, weights = fused
+        fits = fused is not None and USE_FUSED and rows <= FUSED_ROWS and mask is not None and mask.dtype == torch.bool
+        if fits and (kernel := _fused_kernel(fused[0])) is not None:  # None: the kernels were turned off since
+            fp32, weights = fused
             keys, values = [c.keys for c in cache.layers], [c.values for c in cache.layers]
             prefix = shared_kv or []
             args = [
@@ -226,9 +232,9 @@ class DecodeStep:
                 [p[0] for p in prefix], [p[1] for p in prefix], mask.reshape(rows, -1).contiguous(),
                 int(column), nh, nkv, layers[0].inner, layers[0].norm_in.variance_epsilon, layers[0].attn.scaling,
             ]  # fmt: skip
-            if x.dtype == torch.bfloat16:  # the fp32 step attends the prefix in pieces over the threads, at any rows
+            if not fp32:  # the fp32 step attends the prefix in pieces over the threads, at any rows
                 args.append(PREFIX_MATMUL_ROWS)
-            x = op(*args)[:, None]
+            x = kernel(*args)[:, None]
             return lm_head(_rms_norm(x, inner.norm))
         for i, layer in enumerate(layers):
             qkv = layer.qkv(_rms_norm(x, layer.norm_in))
