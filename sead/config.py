@@ -16,11 +16,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sead.errors import SEADInputError
 
+SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the checkout's, beside the package
+
 
 def config_dir() -> Path:
     """`SEAD_CONFIG_DIR`, else the `configs/` folder next to the package (the repository checkout)."""
     env = os.environ.get("SEAD_CONFIG_DIR")
-    path = Path(env) if env else Path(__file__).resolve().parent.parent / "configs"
+    path = Path(env) if env else SHIPPED_CONFIG_DIR
     if not (path / "sead.yaml").is_file():
         raise SEADInputError("no sead.yaml here; set SEAD_CONFIG_DIR to your configs folder", path=path)
     return path
@@ -288,6 +290,19 @@ def warn_if_not_scripted(cfg: DictConfig, setting: str, value, consequence: str)
             simulator,
             consequence,
         )
+
+
+def needs_rules(cfg: DictConfig) -> list[str]:
+    """The parts this config runs that read the scenario's rules file (`sead.usersim.rules_file.scenario_rules`):
+    the scripted user, and the scripted reference agent where the trainer plays it."""
+    trainer = group_config(cfg, "trainer")
+    parts = {
+        "the scripted user (usersim=scripted)": (cfg.get("usersim") or {}).get("name", "scripted") == "scripted",
+        "the warm-up's reference agent (trainer.warmup.dialogues > 0)": trainer.warmup.dialogues > 0,
+        "reference branches (trainer.branch.source=reference)": trainer.branch.groups > 0
+        and trainer.branch.source == "reference",
+    }
+    return [part for part, used in parts.items() if used]
 
 
 def runner_config(cfg: DictConfig):

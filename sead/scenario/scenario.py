@@ -127,6 +127,7 @@ class Scenario:
                 for d in self.space.dimensions
             },
             "joint_states": len(self.space.states()),
+            "rules": None if self.rules_path is None else str(self.rules_path),
             "behaviours": len(self.library),
             "categories": self.library.categories,
             "behaviours_per_profile": list(self.behaviours_per_profile),
