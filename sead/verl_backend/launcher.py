@@ -15,7 +15,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from sead.backends import VERL_REFUSES
 from sead.config import number, one_of, runner_config, to_schema
+from sead.dialogue.runner import RunnerConfig
 from sead.errors import SEADInputError
 from sead.run.layout import Entry
 from sead.trainer.schema import TrainerConfig
@@ -58,6 +60,12 @@ def verl_settings(cfg: DictConfig) -> VerlSettings:
     return vs
 
 
+def _get(obj, path: list[str]):
+    for name in path:
+        obj = getattr(obj, name)
+    return obj
+
+
 def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
     """What the verl backend cannot do, said before any GPU is touched."""
     tc: TrainerConfig = to_schema(TrainerConfig, cfg.trainer, "trainer")
@@ -69,28 +77,12 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
         raise SEADInputError(
             "backend=verl runs GRPO; the PPO value head is embedded-only", field="trainer.update.estimator"
         )
-    embedded_only = {
-        "trainer.lora": tc.lora.enabled,
-        "trainer.warmup": tc.warmup.dialogues > 0,
-        # verl's agent-loop workers are separate processes: they cannot share one cache
-        "dialogue.response_cache": runner_config(cfg).response_cache.enabled,
-        # verl validates after every iteration, and refills flat groups by its own rule (filter_groups)
-        "trainer.validation.every": tc.validation.every != 1,
-        "trainer.update.refill_rounds": tc.update.refill_rounds > 0,
-        "trainer.update.loss_tokens": tc.update.loss_tokens != "kept",  # verl refills the batch instead
-        # a second round of dialogues inside the step, from the first round's prefixes
-        "trainer.branch.groups": tc.branch.groups > 0,
-        # verl's agent loop seeds each rollout of a group apart (train_episode_seed)
-        "trainer.group_user": tc.group_user != "own",
-        # verl's actor keeps no second copy of the weights to average into
-        "trainer.weight_ema": tc.weight_ema > 0,
-        # its actor's loss has no imitation term (and the warm-up whose dialogues it reads is embedded-only)
-        "trainer.update.imitation_coef": tc.update.imitation_coef > 0,
-        "trainer.update.policy_gradient": not tc.update.policy_gradient,  # the anchor's control, as the anchor
-    }
-    for name, on in embedded_only.items():
-        if on:
-            raise SEADInputError(f"{name} is embedded-only; turn it off for backend=verl", field=name)
+    defaults = {"trainer": TrainerConfig(), "dialogue": RunnerConfig()}
+    settings = {"trainer": tc, "dialogue": runner_config(cfg)}
+    for name, why in VERL_REFUSES.items():
+        group, *path = name.split(".")
+        if _get(settings[group], path) != _get(defaults[group], path):
+            raise SEADInputError(f"{name} is embedded-only ({why}); turn it off for backend=verl", field=name)
     if tc.profiles_per_step % tc.update.mini_batches:
         raise SEADInputError(
             f"verl splits a step's {tc.profiles_per_step} profiles (trainer.profiles_per_step) into equal "
