@@ -7,6 +7,7 @@ import importlib
 import logging
 import operator
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,13 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "sead") -> Dic
             cfg = compose(config_name=config_name, overrides=list(overrides))
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as e:
-        message = str(e).split("Config search path:")[0]  # where Hydra looked is noise to a user
-        raise SEADInputError(f"bad config or override: {message}".strip()) from None
+        message = str(e).split("Config search path:")[0].strip()  # where Hydra looked is noise to a user
+        if match := re.match(r"Could not override '([\w.]+)'", message):
+            from sead.config_docs import did_you_mean
+
+            first, _, rest = message.partition("\n")
+            message = f"{first}{did_you_mean(match[1], config_dir())}\n{rest}".strip()
+        raise SEADInputError(f"bad config or override: {message}") from None
     except UnicodeDecodeError:
         from sead.errors import read_user_text
 
@@ -77,23 +83,34 @@ class Domain:
     lt: float | None = None
     choices: tuple[str, ...] = ()
 
-    def problem(self, value: Any) -> str | None:
-        bounds = [
-            (">=", self.ge, operator.ge),
-            (">", self.gt, operator.gt),
-            ("<=", self.le, operator.le),
-            ("<", self.lt, operator.lt),
+    def _bounds(self):
+        return [
+            (sign, bound, op)
+            for sign, bound, op in (
+                (">=", self.ge, operator.ge),
+                (">", self.gt, operator.gt),
+                ("<=", self.le, operator.le),
+                ("<", self.lt, operator.lt),
+            )
+            if bound is not None
         ]
+
+    def describe(self) -> str:
+        """What the field takes, as the error says it: `one of a, b` or `>= 0 and < 1`."""
+        if self.choices:
+            return f"one of {', '.join(self.choices)}"
+        return " and ".join(f"{sign} {bound:g}" for sign, bound, _ in self._bounds())
+
+    def problem(self, value: Any) -> str | None:
         items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
         for v in items:
             if v is None:
                 continue
             if self.choices and v not in self.choices:
-                return f"must be one of {', '.join(self.choices)}, got {v!r}"
+                return f"must be {self.describe()}, got {v!r}"
             # "not inside" rather than "outside": NaN compares false to everything and is refused too
-            if any(bound is not None and not op(v, bound) for _, bound, op in bounds):
-                wanted = " and ".join(f"{sign} {bound:g}" for sign, bound, _ in bounds if bound is not None)
-                return f"must be {wanted}, got {v}"
+            if any(not op(v, bound) for _, bound, op in self._bounds()):
+                return f"must be {self.describe()}, got {v}"
         return None
 
 
@@ -123,8 +140,13 @@ def to_schema(cls, node: Any, field: str):
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), node if node is not None else {})
     except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None) or ""
-        raise SEADInputError(str(e).splitlines()[0], field=_join(field, key) or None) from None
+        key = _join(field, getattr(e, "full_key", None) or "")
+        message = str(e).splitlines()[0]
+        if message.startswith("Key ") and " not in " in message:  # a key the schema does not have
+            from sead.config_docs import did_you_mean
+
+            message += did_you_mean(key, config_dir())
+        raise SEADInputError(message, field=key or None) from None
     obj = OmegaConf.to_object(merged)
     _check_domains(obj, field)
     return obj

@@ -67,8 +67,8 @@ def scenario_check(cfg: DictConfig, args: list[str]) -> int:
 @command(
     "scenario",
     "new",
-    help="write a new scenario to edit (config, both prompts, behaviour library, rules), a renamed copy of "
-    "a shipped one, into this project",
+    help="write a scenario to edit into this project: a renamed copy of a shipped one (config, prompts, "
+    "behaviours, rules)",
     args={
         "NAME": "the new scenario's name (lowercase letters, digits, _)",
         "[--from SCENARIO]": "the shipped scenario to copy (default restaurant)",

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from sead.cli import commands, eval_commands  # noqa: F401  (importing them registers the subcommands)
+from sead.cli import commands, config_commands, eval_commands  # noqa: F401  (importing them registers the subcommands)
 from sead.cli.registry import COMMANDS, HELP_FLAGS, Command, console
-from sead.config import check_config, load_config
+from sead.config import check_config, config_dir, load_config
+from sead.config_docs import first_sentence, presets
 from sead.errors import SEADInputError
 
 # What Hydra takes as a key: a dotted name, after an optional +, ++ or ~. No `/`, so a path is never a key.
@@ -35,7 +36,11 @@ def usage(group: tuple[str, ...] = ()) -> str:
         "       sead <command> --help                  (what a command takes)",
         "",
     ]
-    return "\n".join(lines + [f"  {COMMANDS[w].name:<23} {COMMANDS[w].summary}" for w in shown])
+    lines += [f"  {COMMANDS[w].name:<23} {COMMANDS[w].summary}" for w in shown]
+    if not group:
+        lines += ["", "presets (preset=NAME, e.g. sead train preset=cpu):"]
+        lines += [f"  {name:<23} {first_sentence(text)}" for name, text in presets(config_dir()).items()]
+    return "\n".join(lines)
 
 
 def find_command(argv: list[str]) -> tuple[Command | None, list[str]]:
