@@ -54,6 +54,7 @@ def test_a_new_scenario_checks_and_trains_at_once(project, tmp_path, capsys):
         f"run_dir={run}",
     ]
     assert main(argv) == 0
+    assert "[progress] training steps: 0/1" in capsys.readouterr().out  # a log shows how far training is
     steps = [r for r in read_json_lines(RunLayout(run).metrics) if "validation" not in r]
     assert [r["step"] for r in steps] == [1]
     saved = yaml.safe_load((run / "config.yaml").read_text())
