@@ -339,10 +339,10 @@ def reference_arm(out: Path, run: Path) -> dict:
     """The scripted reference agent on the held-out dialogues of `run`, an arm (`sead.run.reference_play`), played
     again at each report (seconds) with this checkout's user simulator, which it records: what imitation aims at
     (its losses are the user's impatience and distrust, see that module)."""
-    from sead.metrics import wilson_interval
     from sead.run.frozen_config import read_saved_config
     from sead.run.paired import validation_outcomes
     from sead.run.reference_play import play_reference
+    from sead.stats import wilson_interval
 
     cfg = read_saved_config(RunLayout(run).config)
     dialogues = play_reference(cfg, out / "reference_dialogues.jsonl")

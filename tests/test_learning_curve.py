@@ -17,12 +17,13 @@ from scripted_play import StubTokenizer, converse
 from sead.config import build_scenario, build_usersim, load_config
 from sead.dialogue import Episode, read_rollouts
 from sead.dialogue.seeds import validation_episode_seed
-from sead.metrics import concerns_by_kind, mcnemar_exact, wilson_interval
+from sead.metrics import concerns_by_kind
 from sead.policy.scripted import ReferenceAgent
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.layout import RunLayout
 from sead.run.paired import paired_comparison, validation_outcomes
 from sead.scenario.tags import AGENT_READING_VERSION
+from sead.stats import mcnemar_exact, wilson_interval
 from sead.usersim.rules import READING_VERSION
 
 QUICK_STEPS, QUICK_DIALOGUES = 2, 3 * 2  # --quick: 2 GRPO steps, 3 held-out profiles x 2 trials

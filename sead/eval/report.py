@@ -222,7 +222,7 @@ def write_eval_report(
     if results.get("hack_monitors"):
         tables.append(
             {
-                "caption": "Reward-hacking monitors (sead.metrics.HackMonitor)",
+                "caption": "Reward-hacking monitors (sead.hack_monitor.HackMonitor)",
                 "headers": ["monitor", "value"],
                 "rows": monitor_rows(results["hack_monitors"]),
             }

@@ -11,8 +11,8 @@ from pathlib import Path
 from sead.dialogue.batch import EpisodeJob
 from sead.dialogue.rollout_log import read_rollouts
 from sead.dialogue.seeds import validation_episode_seed
-from sead.metrics import mcnemar_exact
 from sead.scenario.profiles import Profile
+from sead.stats import mcnemar_exact
 
 VALIDATION_ID = re.compile(r"val(\d+)-(\d+)")
 

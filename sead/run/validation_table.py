@@ -7,8 +7,8 @@ import json
 
 from rich.table import Table
 
-from sead.metrics import wilson_interval
 from sead.run.layout import BASE_MODEL, RunLayout
+from sead.stats import wilson_interval
 
 USER_SIDE = ("ACK", "CAR")  # sead.metrics: stages the user acknowledged, concerns it took as answered
 
