@@ -1,27 +1,14 @@
 """Dialogue metrics. Each is defined once, here, and used by training, validation and evaluation alike.
 
-Per-dialogue values (None = the metric does not apply to that dialogue):
-- CR  completion rate: 1 if the user's final status is 1 (the user did what the SOP asked), else 0.
-- FPR false-positive rate: over dialogues where the agent's last status is 1 ("done"), 1 if the user did NOT
-      succeed. The rate is therefore FP / (FP + TP).
-- SCR stage completeness: 1 if, for the last stage k the agent declared, every stage 0..k-1 was declared
-      earlier in the dialogue; 0 otherwise (also 0 when no stage was declared).
-- ATT mean turns of successful dialogues (None for failures). ADT: mean turns of all dialogues.
-      A turn is one agent message (with the user's answer, if any).
-- UPA user-portrait accuracy: 1 - mean over turns of (mean over the sampled dimensions of
-      |agent prediction - user's next report| / dimension range). Pairs with a missing value are skipped;
-      a turn with no readable pair does not count.
-- EI / TI / CI: last minus first user-reported emotion / trust / cooperation (needs two reports).
-- ACK stages acknowledged: how many SOP stages the user acknowledged, in order (0 when none landed).
-- CAR concern-answer rate: of the concerns the user voiced, the share it took as answered (None when it voiced
-      none). ACK and CAR are measured on the user's side, from what the simulator reports each turn; only the
-      scripted user reports it, so with any other simulator both are None for every dialogue (unless no user
-      turn happened at all: then nothing was acknowledged, ACK 0).
-- funnel (aggregate only, from the same reports): how many dialogues had at least k stages acknowledged, and where
-      the failed ones were lost: by the stage then due (the number acknowledged) and whether the user still held
-      a concern open when the call ended (an unanswered question, against a stage that did not land), and what
-      they were lost to: what the user objected to in its last turn ("same thing again", "they dodged my
-      question", ...), or how the call ended when it reported no objection (a turn limit).
+`GLOSSARY` below says what each means (every report prints it); each is a per-dialogue value (None where the metric
+does not apply to that dialogue). ACK and CAR are measured on the user's side, from what the simulator reports each
+turn; only the scripted user reports it, so with any other simulator both are None for every dialogue (unless no
+user turn happened at all: then nothing was acknowledged, ACK 0). The funnel (aggregate only, from the same
+reports): how many dialogues had at least k stages acknowledged, and where the failed ones were lost: by the stage
+then due (the number acknowledged) and whether the user still held a concern open when the call ended (an
+unanswered question, against a stage that did not land), and what they were lost to: what the user objected to in
+its last turn ("same thing again", "they dodged my question", ...), or how the call ended when it reported no
+objection (a turn limit).
 Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n (for a rate, `wilson_interval` gives the
 score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that
 ended by a simulator error are counted apart and excluded from every metric: they say nothing about the agent.
@@ -44,6 +31,25 @@ from sead.stats import summarise
 if TYPE_CHECKING:
     from sead.hack_monitor import HackMonitor
 
+GLOSSARY = {
+    "CR": "completion rate: the share of dialogues in which the user did what the SOP asked (its final status is 1)",
+    "ACK": "stages acknowledged: how many SOP stages the user acknowledged, in order (0 when none landed); "
+    "scripted user only",
+    "CAR": "concern-answer rate: of the concerns the user voiced, the share it then took as answered (none voiced: "
+    "n/a); scripted user only",
+    "FPR": "false-positive rate: of the dialogues the agent declared done (its last status 1), the share in which "
+    "the user had not done what was asked: FP / (FP + TP)",
+    "SCR": "stage completeness: 1 when, for the last SOP stage the agent declared, it had declared every earlier "
+    "stage before; else 0 (also when it declared none)",
+    "ATT": "turns of a successful dialogue (lower is better); a turn is one agent message and the user's answer",
+    "ADT": "turns of any dialogue",
+    "UPA": "user-portrait accuracy: 1 - the mean over turns of |the agent's estimate - the user's next report| / "
+    "the dimension's range, over the sampled dimensions",
+    "EI": "emotion improvement: the user's last reported emotion minus its first (needs two reports)",
+    "TI": "trust improvement: the user's last reported trust minus its first",
+    "CI": "cooperation improvement: the user's last reported cooperation minus its first",
+    "pass^k": "the chance that k dialogues with one profile all succeed (unbiased per profile, then averaged)",
+}
 STATE_CHANGE_METRICS = {"EI": "emotion", "TI": "trust", "CI": "cooperation"}
 TOKEN_COMPONENTS = ("agent", "user")
 
