@@ -189,18 +189,24 @@ def group_config(cfg: DictConfig, group: str):
 
 @dataclasses.dataclass
 class ProfilesConfig:
-    n: int = number(100, ge=1)  # `sead profiles sample`
-    out: str = "outputs/profiles.jsonl"
+    n: int = number(100, ge=1)  # profiles `sead profiles sample` draws from the controller
+    out: str = "outputs/profiles.jsonl"  # where it writes them: .jsonl or .parquet
 
 
 @dataclasses.dataclass
 class TopLevelConfig:
-    """The keys of configs/sead.yaml outside the groups; the groups (Any here) are checked by their own schemas."""
+    """The keys of configs/sead.yaml outside the groups (each group below has a schema of its own)."""
 
-    seed: int = number(0, ge=0)
+    seed: int = number(0, ge=0)  # the run's seed: profiles drawn, every dialogue's sampling and user draws
+    # embedded: torch + transformers on this machine (CPU or one GPU) | verl: multi-GPU (Ray, FSDP, vLLM rollouts)
     backend: str = one_of("embedded", "verl")
-    run_dir: str = "outputs/runs/${now:%Y%m%d-%H%M%S}"
+    run_dir: str = "outputs/runs/${now:%Y%m%d-%H%M%S}"  # a new folder per run; pass run_dir=... to name it
+    # continue the run in run_dir from its newest checkpoint that verifies, under the settings it was started with
+    # (keys not given come from its config.yaml; free to change: trainer.iterations, max_minutes, save_every,
+    # logging, eval.*, profiles.*)
     resume: bool = False
+    # with resume: continue even where a setting that defines the run changed; the new config is saved beside the
+    # original as config.resume_NNNNNN.yaml and the change logged
     resume_allow_changes: bool = False
     profiles: ProfilesConfig = dataclasses.field(default_factory=ProfilesConfig)
     scenario: Any = None  # checked when built: Scenario.from_config names every bad key
@@ -240,10 +246,12 @@ def check_config(cfg: DictConfig) -> None:
 class PlausibilityConfig:
     """`controller.plausibility`: an LLM pass over each training step's profiles (sead/controller/plausibility.py)."""
 
+    # an LLM checks each step's sampled profiles and may swap a behaviour for another library entry that fits the
+    # sampled state better (never the numbers); `sead train` checks the endpoint before it starts
     enabled: bool = False
     base_url: str = "http://127.0.0.1:8000/v1"  # an OpenAI-compatible endpoint
-    model: str = "Qwen/Qwen2.5-14B-Instruct"
-    api_key: str = "EMPTY"
+    model: str = "Qwen/Qwen2.5-14B-Instruct"  # the model name the endpoint serves
+    api_key: str = "EMPTY"  # vLLM ignores it
     timeout: float = number(60.0, gt=0)  # seconds per call
     candidates: int = number(30, ge=1)  # library entries offered as replacements per profile
     concurrency: int = number(8, ge=1)  # calls in flight at once
@@ -251,14 +259,20 @@ class PlausibilityConfig:
 
 @dataclasses.dataclass
 class ControllerConfig:
-    rule: str = "fixed"  # a name in sead.controller.CURRICULA, checked where it is built
-    target: float = number(0.5, ge=0, le=1)  # a completion rate
-    band: float = number(0.1, ge=0, le=1)
-    eps: float = number(0.05, gt=0, le=1)  # floor of weights that are then normalised: at 0 all could vanish
+    # the curriculum rule (sead/controller/curriculum.py): fixed (the marginals as given) | sead_joint (the paper's:
+    # p(state) ~ max(eps, 1 - |CR(state) - target|)) | sead_marginal (the original code's, per dimension)
+    rule: str = "fixed"
+    target: float = number(0.5, ge=0, le=1)  # the completion rate the adaptive rules steer sampling toward
+    band: float = number(0.1, ge=0, le=1)  # sead_marginal: a CR within target +- band counts as on target
+    eps: float = number(0.05, gt=0, le=1)  # sead_joint: floor of a state's weight (at 0 all could vanish)
+    # dialogues a rule needs before it reweights: sead_marginal in all, sead_joint per state (fewer: at target)
     min_count: int = number(1, ge=1)
     window: int = number(1, ge=1)  # updates whose dialogues the rule reads (this one and window - 1 before it)
-    concern_focus: float = number(0.0, ge=0)  # sead.controller.concern_focus: 0 draws behaviours uniformly
-    marginals: Any = None
+    # > 0: draw more users with the kinds of concern the agent answers least (sead/controller/concern_focus.py);
+    # 0 draws behaviours uniformly. Measured once (RESULTS session 53, f = 4, window 10): +0.5 points over the
+    # warm-up where the recipe gained +5.0 on the same run seed; dropped from the recipe
+    concern_focus: float = number(0.0, ge=0)
+    marginals: Any = None  # null: the scenario's default_marginals; else {cooperation: {1: 0.3, ...}, ...}
     plausibility: PlausibilityConfig = dataclasses.field(default_factory=PlausibilityConfig)
 
 

@@ -10,7 +10,7 @@ from sead.cli import reference
 from sead.cli.main import main
 from sead.cli.registry import COMMANDS
 from sead.config import SHIPPED_CONFIG_DIR, number
-from sead.config_docs import field_comment, presets, schema_keys
+from sead.config_docs import field_comment, presets, schema_keys, usersim_sections
 
 
 def test_the_reference_files_are_current():
@@ -49,6 +49,13 @@ def test_the_config_reference_has_every_key_with_its_default_domain_and_backend(
     assert "SOP" in _row(text, "scenario.stages")[1]
     for name in presets(SHIPPED_CONFIG_DIR):
         assert f"| `{name}` |" in text
+
+
+def test_every_key_says_what_it_does():
+    """Each schema field's comment (or a user simulator's line comment) is its documentation in the reference."""
+    keys = [*schema_keys().values(), *(k for s in usersim_sections(SHIPPED_CONFIG_DIR) for k in s.keys)]
+    assert len(keys) > 150
+    assert [k.key for k in keys if not k.comment] == []
 
 
 def test_the_backend_table_names_real_keys():
@@ -92,10 +99,10 @@ def test_config_show_prints_the_values_in_effect_with_their_comments(capsys):
     assert out[2].startswith("    kl_coef: 0.01  # low_var_kl to the frozen reference")
     assert main(["config", "show", "usersim", "usersim=openai"]) == 0
     out = capsys.readouterr().out
-    assert "  name: openai\n" in out and "api_key: null  # null = $OPENAI_API_KEY" in out
+    assert "  name: openai  # which simulator" in out and "api_key: null  # null = $OPENAI_API_KEY" in out
     assert main(["config", "show"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("scenario:\n") and "\ntrainer:\n" in out and "\nseed: 0\n" in out
+    assert out.startswith("scenario:\n") and "\ntrainer:\n" in out and "\nseed: 0  # the run's seed" in out
 
 
 @pytest.mark.parametrize(

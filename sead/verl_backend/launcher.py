@@ -27,27 +27,27 @@ PLUGIN_MODULE = "sead.verl_backend.plugin"
 
 @dataclass
 class VerlSettings:
-    nnodes: int = number(1, ge=1)
+    nnodes: int = number(1, ge=1)  # machines in the Ray cluster
     n_gpus_per_node: int = number(8, ge=1)  # training GPUs per node; GPUs serving the user simulator are not counted
     usersim_gpus: list[int] = number(default_factory=list, ge=0)  # scripts/main.sh serves the user simulator here
-    usersim_port: int = number(8000, ge=1, le=65535)
+    usersim_port: int = number(8000, ge=1, le=65535)  # the first user-simulator server's port (one per GPU)
     usersim_model: str = ""  # what scripts/main.sh serves there (becomes usersim.model)
     usersim_gpu_memory: float = number(0.85, gt=0, le=1)  # vLLM memory fraction of each user-simulator instance
-    rollout_engine: str = one_of("vllm", "sglang")
+    rollout_engine: str = one_of("vllm", "sglang")  # what generates the agent's turns in verl
     tensor_parallel: int = number(1, ge=1)  # rollout tensor parallelism
-    gpu_memory_utilization: float = number(0.5, gt=0, le=1)
+    gpu_memory_utilization: float = number(0.5, gt=0, le=1)  # the rollout engine's share of each training GPU
     max_prompt_length: int = number(2048, ge=1)  # the SOP prompt must fit
     max_response_length: int = number(9216, ge=1)  # everything after the prompt: all agent and user turns
-    micro_batch_per_gpu: int = number(1, ge=1)
-    use_dynamic_bsz: bool = True
-    max_token_len_per_gpu: int = number(16384, ge=1)
-    param_offload: bool = False
-    optimizer_offload: bool = False
-    gradient_checkpointing: bool = True
+    micro_batch_per_gpu: int = number(1, ge=1)  # sequences per forward/backward (actor, reference, log-probs)
+    use_dynamic_bsz: bool = True  # pack micro-batches by tokens (max_token_len_per_gpu) instead of by count
+    max_token_len_per_gpu: int = number(16384, ge=1)  # tokens per micro-batch with use_dynamic_bsz
+    param_offload: bool = False  # FSDP: keep the weights in CPU memory between uses
+    optimizer_offload: bool = False  # FSDP: keep the optimiser state in CPU memory
+    gradient_checkpointing: bool = True  # recompute activations in the backward pass: less memory, more time
     agent_workers: int = number(8, ge=1)  # agent-loop Ray actors
     reward_workers: int = number(2, ge=1)  # reward Ray actors (the rule-based reward is cheap)
-    logger: list[str] = field(default_factory=lambda: ["console", "file"])
-    overrides: list[str] = field(default_factory=list)
+    logger: list[str] = field(default_factory=lambda: ["console", "file"])  # verl's loggers (wandb, tensorboard too)
+    overrides: list[str] = field(default_factory=list)  # raw verl Hydra overrides, appended last (so they win)
 
 
 def verl_settings(cfg: DictConfig) -> VerlSettings:
