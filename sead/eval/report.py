@@ -17,6 +17,7 @@ from sead.eval.plots import cr_by_value_plot, cr_heatmap, data_uri, funnel_plot,
 from sead.metrics import GLOSSARY, most_first
 from sead.run.validation_table import interval
 from sead.scenario import ProfileSpace
+from sead.usersim.base import comparable_environment
 
 SUMMARY_METRICS = ("CR", "ACK", "CAR", "FPR", "SCR", "ATT", "ADT", "UPA", "EI", "TI", "CI")
 _env = Environment(loader=PackageLoader("sead.eval", "templates"), autoescape=select_autoescape(["j2", "html"]))
@@ -202,7 +203,7 @@ def setup_rows(results: dict) -> list[list[str]]:
     """What a reader needs to know first: who played whom, on which profiles, with which decoding.
     The full settings stay machine-readable in results.json."""
     s, c, agent = results["settings"], results["counts"], results["settings"]["agent"]
-    ts, user = s["testset"], s["user_simulator"]
+    ts, user = s["testset"], comparable_environment(s["user_simulator"])  # the rules file by name, not its path
     params = results.get("agent_params")
     model = agent.get("model") or agent.get("rules") or agent.get("path") or ""
     return [
