@@ -28,8 +28,9 @@ def is_override(arg: str) -> bool:
     return bool(eq) and _OVERRIDE_KEY.fullmatch(key) is not None and not Path(arg).exists()
 
 
-def usage(group: tuple[str, ...] = ()) -> str:
-    """The commands (of one group, e.g. `profiles`) with what each does."""
+def usage(group: tuple[str, ...] = (), configs: Path | None = None) -> str:
+    """The commands (of one group, e.g. `profiles`) with what each does; all of them with the presets of `configs`
+    (default: the config folder in use)."""
     shown = sorted(w for w in COMMANDS if w[: len(group)] == group)
     lines = [
         "usage: sead <command> [args] [key=value ...]   (key=value: Hydra overrides of configs/sead.yaml)",
@@ -39,7 +40,7 @@ def usage(group: tuple[str, ...] = ()) -> str:
     lines += [f"  {COMMANDS[w].name:<23} {COMMANDS[w].summary}" for w in shown]
     if not group:
         lines += ["", "presets (preset=NAME, e.g. sead train preset=cpu):"]
-        lines += [f"  {name:<23} {first_sentence(text)}" for name, text in presets(config_dir()).items()]
+        lines += [f"  {name:<23} {first_sentence(text)}" for name, text in presets(configs or config_dir()).items()]
     return "\n".join(lines)
 
 

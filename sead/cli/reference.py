@@ -102,7 +102,7 @@ def cli_reference() -> str:
         "[configuration reference](config.md). `sead COMMAND --help` prints a command's usage and does nothing else.",
         "",
         "```text",
-        usage(),
+        usage(configs=SHIPPED_CONFIG_DIR),
         "```",
         "",
     ]
