@@ -138,12 +138,13 @@ def yaml_keys(path: Path, prefix: str) -> list[KeyDoc]:
     """The top-level keys of a flat config file with the comment beside each (its only documentation)."""
     import yaml
 
-    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    comments = dict(
-        (line.split(":", 1)[0], line.split(" #", 1)[1].strip())
-        for line in path.read_text(encoding="utf-8").splitlines()
+    text = path.read_text(encoding="utf-8")
+    values = yaml.safe_load(text) or {}
+    comments = {
+        line.split(":", 1)[0]: line.split(" #", 1)[1].strip()
+        for line in text.splitlines()
         if line[:1].isalpha() and ":" in line and " #" in line
-    )
+    }
     return [
         KeyDoc(
             f"{prefix}.{name}",
