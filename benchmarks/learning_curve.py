@@ -307,7 +307,7 @@ def arm(run: Path, label: str) -> dict:
     of n)."""
     from omegaconf import OmegaConf
 
-    from sead.run.paired import validation_outcomes
+    from sead.run.paired import held_out_outcomes
     from sead.run.validation_table import interval
     from sead.usersim.base import comparable_environment
 
@@ -330,7 +330,7 @@ def arm(run: Path, label: str) -> dict:
         "funnel": m["funnel"] if "funnel" in m else funnel_of(dialogues),
         "user_simulator": comparable_environment(json.loads(layout.usersim.read_text())),
         "dialogues": str(dialogues),
-        "outcomes": outcomes_to_json(validation_outcomes(dialogues)),
+        "outcomes": outcomes_to_json(held_out_outcomes(dialogues)),
         "config": OmegaConf.to_container(OmegaConf.load(layout.config)),
     }
 
@@ -339,14 +339,14 @@ def reference_arm(out: Path, run: Path) -> dict:
     """The scripted reference agent on the held-out dialogues of `run`, an arm (`sead.run.reference_play`), played
     again at each report (seconds) with this checkout's user simulator, which it records: what imitation aims at
     (its losses are the user's impatience and distrust, see that module)."""
-    from sead.metrics import wilson_interval
     from sead.run.frozen_config import read_saved_config
-    from sead.run.paired import validation_outcomes
+    from sead.run.paired import held_out_outcomes
     from sead.run.reference_play import play_reference
+    from sead.stats import wilson_interval
 
     cfg = read_saved_config(RunLayout(run).config)
     dialogues = play_reference(cfg, out / "reference_dialogues.jsonl")
-    outcomes = validation_outcomes(dialogues)
+    outcomes = held_out_outcomes(dialogues)
     scored = [o["success"] for o in outcomes.values() if o["success"] is not None]
     ci = wilson_interval(sum(scored), len(scored))  # refuses n = 0 (every dialogue a simulator error) by name
     return {

@@ -58,8 +58,9 @@ from sead.policy.hf import HFPolicy, common_prefix_length
 from sead.policy.settings import SamplingConfig
 from sead.progress import progress_bar
 from sead.timing import timed
+from sead.trainer.batching import shared_prompt_length
 from sead.trainer.estimators import Sequence
-from sead.trainer.update import masked_logprobs, shared_prompt_length
+from sead.trainer.scoring import masked_logprobs
 
 console = Console()
 OPENING = "<response>Hello, this is Alex from the delivery platform. Am I speaking with the owner?</response>"

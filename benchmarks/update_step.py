@@ -6,7 +6,7 @@ where the CPU has native bf16), on the same sequences and from the same weights:
   trained, so `Updater` takes the old log-probs from the training forward itself (detached) instead of running
   every micro-batch through the model once more. Both ways end at the same weights (checked).
 - `--case branched`: a branched group's members replay one dialogue prefix and differ only in the turn after the
-  cut. `Updater` keeps them in one micro-batch where that pays (`sead.trainer.update.micro_batches`), so the shared
+  cut. `Updater` keeps them in one micro-batch where that pays (`sead.trainer.batching.micro_batches`), so the shared
   context runs once for them; before, micro-batches were cut from the sequences sorted by length and each row ran
   its whole context again. Both ways give the same gradient up to rounding (compared; Adam's first step turns any
   rounding difference in a gradient's sign into a full-size weight difference, so weights are not compared).

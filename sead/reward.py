@@ -19,11 +19,11 @@ from sead.scenario.profile_space import ProfileSpace
 @dataclass
 class RewardWeights:
     # Each component already points the right way (agent_hangup is -1 when it happens): a weight only scales it.
-    completion: float = number(1.0, ge=0)
+    completion: float = number(1.0, ge=0)  # 1 when the user did what the SOP asked (the original's only term)
     format: float = number(0.0, ge=0)  # fraction of agent turns whose tags all parsed
     stage_progress: float = number(0.0, ge=0)  # fraction of SOP stages the user acknowledged (scripted user only)
     concerns_answered: float = number(0.0, ge=0)  # share of its voiced concerns the user took as answered (idem)
-    portrait_accuracy: float = number(0.0, ge=0)
+    portrait_accuracy: float = number(0.0, ge=0)  # UPA: how near the agent's portrait scores were the user's state
     agent_hangup: float = number(0.0, ge=0)  # the component is -1 when the agent ends the call without success
     # -1 when the user hung up. Of the dialogue's failures it is the user's own verdict, and the only one that tells
     # apart short branched continuations (trainer.branch.turns) that all end before any success. Weigh

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scenario_named, seeded_profiles
 
-from sead.metrics import HackMonitor, concerns_answered, funnel, stages_acknowledged
+from sead.hack_monitor import HackMonitor
+from sead.metrics import concerns_answered, funnel, stages_acknowledged
 from sead.policy.adversarial import (
     ADVERSARIAL_AGENTS,
     KNOWN_LIMITS,

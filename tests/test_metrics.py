@@ -10,22 +10,20 @@ from dialogue_fixtures import SPACE, agent, user
 from sead.dialogue.chat_tokens import TokenSegment
 from sead.dialogue.episode import USER_REPORTS, Episode, Turn
 from sead.eval.results import build_results
+from sead.hack_monitor import HackMonitor
 from sead.metrics import (
-    HackMonitor,
     compute_metrics,
     concerns_answered,
     concerns_by_kind,
     cost,
     funnel,
     lost_to,
-    pass_hat_k,
     stages_acknowledged,
-    summarise,
     token_totals,
     voiced_concerns,
-    wilson_interval,
 )
 from sead.scenario.profiles import Profile
+from sead.stats import pass_hat_k, summarise, wilson_interval
 from sead.usersim.rules_file import scenario_rules
 
 PROFILE = Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, ["skeptical"])

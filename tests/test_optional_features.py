@@ -227,7 +227,8 @@ def test_sead_train_refuses_bad_settings_naming_the_field(tmp_path, capsys, over
 @pytest.mark.parametrize(
     "override, field",
     [
-        ("dialogue.response_cache.enabled=true", "dialogue.response_cache"),
+        ("dialogue.response_cache.enabled=true", "dialogue.response_cache.enabled"),
+        ("trainer.lora.enabled=true", "trainer.lora.enabled"),
         ("trainer.validation.every=2", "trainer.validation.every"),
         ("trainer.update.refill_rounds=1", "trainer.update.refill_rounds"),
         ("trainer.update.loss_tokens=played", "trainer.update.loss_tokens"),

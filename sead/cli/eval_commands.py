@@ -54,7 +54,7 @@ def eval_cmd(cfg: DictConfig, args: list[str]) -> int:
     from sead.eval.report import write_eval_report
     from sead.eval.results import build_results
     from sead.eval.run import evaluate
-    from sead.metrics import HackMonitor
+    from sead.hack_monitor import HackMonitor
 
     if not args:
         raise SEADInputError("name at least one model: sead eval MODEL [MODEL ...] [key=value ...]")

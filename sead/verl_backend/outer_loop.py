@@ -29,7 +29,7 @@ from sead.controller.plausibility import training_profiles
 from sead.dialogue.episode import Episode
 from sead.dialogue.rollout_log import read_rollouts
 from sead.errors import SEADInputError
-from sead.metrics import HackMonitor
+from sead.hack_monitor import HackMonitor
 from sead.run.checkpoints import commit_checkpoint, new_checkpoint_dir
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.json_lines import read_json_lines
