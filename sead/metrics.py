@@ -73,8 +73,9 @@ import numpy as np
 
 from sead.dialogue.episode import USER_REPORTS, Episode
 from sead.scenario.profile_space import ProfileSpace
-from sead.usersim.rules import Reading, Rules, content_words, normalise, voiced_kinds, words_of
+from sead.usersim.rules import Reading, Rules, voiced_kinds
 from sead.usersim.rules_file import scenario_rules
+from sead.usersim.visible_text import content_words, normalise, words_of
 from sead.usersim.word_order import KnownLine, scrambled
 
 STATE_CHANGE_METRICS = {"EI": "emotion", "TI": "trust", "CI": "cooperation"}

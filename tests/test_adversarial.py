@@ -1,4 +1,4 @@
-"""Adversarial agents against the scripted user (sead/policy/adversarial.py), on every shipped scenario.
+"""Adversarial agents against the scripted user (sead/testing/adversarial_agents.py), on every shipped scenario.
 
 Each adversary completes at most 5% of the seeded test profiles while the reference agent keeps its completion
 rate; each rule of the simulator is shown to stop the agent it is meant for, on that agent's own lines; the hack
@@ -13,8 +13,13 @@ import numpy as np
 import pytest
 from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scenario_named, seeded_profiles
 
+from sead.errors import SEADInputError
+from sead.eval.model_spec import parse_model_spec
 from sead.metrics import HackMonitor, concerns_answered, funnel, stages_acknowledged
-from sead.policy.adversarial import (
+from sead.policy.scripted import ReferenceAgent
+from sead.reward import RewardWeights, compute_reward, stage_progress
+from sead.scenario import Profile
+from sead.testing.adversarial_agents import (
     ADVERSARIAL_AGENTS,
     KNOWN_LIMITS,
     AccentedNegatedAgent,
@@ -33,12 +38,10 @@ from sead.policy.adversarial import (
     SplitSaladAgent,
     StruckThroughAgent,
 )
-from sead.policy.scripted import ReferenceAgent
-from sead.reward import RewardWeights, compute_reward, stage_progress
-from sead.scenario import Profile
 from sead.usersim import Exchange
-from sead.usersim.rules import disguised, negations, normalise, stated
+from sead.usersim.negations import negations
 from sead.usersim.scripted import ScriptedUserSimulator
+from sead.usersim.visible_text import disguised, normalise, stated
 
 N_PROFILES = 300
 MAX_ADVERSARY_CR = 0.05
@@ -156,6 +159,14 @@ def test_guessing_pays_nothing_after_a_wrong_answer(env):
     shipped = completion_rate(env.episodes(GuessingAgent.name))
     assert shipped <= cr[rounds] + 0.01 and cr[0] > shipped
     assert shipped < 0.1 * completion_rate(env.episodes("reference")) + 0.01
+
+
+def test_adversaries_are_test_tools_not_agents_to_pick():
+    """`sead eval scripted:NAME` offers the reference agent and the SOP-ignoring floor, not the adversaries."""
+    for name in (*ADVERSARIAL_AGENTS, *KNOWN_LIMITS):
+        with pytest.raises(SEADInputError, match="unknown scripted agent"):
+            parse_model_spec(f"scripted:{name}")
+    assert parse_model_spec("scripted:reference").model == "reference"
 
 
 # --- each rule, on the lines of the agent it is meant to stop --------------------------------------------------

@@ -18,9 +18,10 @@ from sead.errors import SEADInputError
 from sead.policy.scripted import ReferenceAgent, SOPIgnoringAgent
 from sead.scenario import Profile
 from sead.usersim import Exchange
-from sead.usersim.rules import READING_VERSION, Dynamics, normalise
+from sead.usersim.rules import READING_VERSION, Dynamics
 from sead.usersim.rules_file import load_rules
 from sead.usersim.scripted import ScriptedUserSimulator
+from sead.usersim.visible_text import normalise
 
 LEVELS = {  # value lists are sampled per profile
     "easy": {"cooperation": [3], "emotion": [2], "trust": [4]},

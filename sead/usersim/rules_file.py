@@ -12,7 +12,8 @@ from typing import NoReturn
 import yaml
 
 from sead.errors import SEADInputError, read_user_text
-from sead.usersim.rules import ConcernRules, Dynamics, Rules, StageRules, normalise
+from sead.usersim.rules import ConcernRules, Dynamics, Rules, StageRules
+from sead.usersim.visible_text import normalise
 
 TOP_KEYS = (
     "stages",
