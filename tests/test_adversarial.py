@@ -37,11 +37,12 @@ from sead.testing.adversarial_agents import (
     OneWordDisownedAgent,
     SplitSaladAgent,
     StruckThroughAgent,
+    TwistedWordsAgent,
 )
 from sead.usersim import Exchange
 from sead.usersim.negations import negations
 from sead.usersim.scripted import ScriptedUserSimulator
-from sead.usersim.visible_text import disguised, normalise, stated
+from sead.usersim.visible_text import disguised, normalise, says, stated
 
 N_PROFILES = 300
 MAX_ADVERSARY_CR = 0.05
@@ -373,7 +374,7 @@ def test_lost_calls_name_what_stopped_each_adversary(env, name, objection):
     assert not {"makes sense", "fair enough"} & set(reference)  # moves for the call are no objections
 
 
-# --- reading 6: what the red team of session 39 found ----------------------------------------------------------
+# --- reading 6: what a red team found against reading 5 ---------------------------------------------------------
 
 
 def test_stated_leaves_out_questions_only():
@@ -490,7 +491,7 @@ def test_more_ways_of_disowning_a_line_are_read(said):
     assert negations(said), said
 
 
-# --- reading 7: what the red team of session 60 found --------------------------------------------------------------
+# --- reading 7: what a red team found against reading 6 ---------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -535,3 +536,34 @@ def test_a_line_shown_mirrored_lands_nothing_and_one_shown_plainly_lands(env):
     line = env.rules.stages[0].reference_agent
     assert 0 not in env.rules.read(f"\u202e{line}\u202c").stages  # a reader sees the line backwards
     assert 0 in env.rules.read(f"\u202e{line[::-1]}\u202c").stages  # stored backwards: shown as the line
+
+
+# --- what a reader reads: whole words, what is shown -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, phrase, heard",
+    [
+        ("an illegitimate company", "legitimate", False),
+        ("a casino deposit", "no deposit", False),
+        ("prepay per click", "pay per click", False),
+        ("no deposits", "no deposit", False),
+        ("a legitimate company", "legitimate", True),
+        ("legitimate.", "legitimate", True),
+        ("platform's app store", "app store", True),
+        ("the 'no deposit' rule", "no deposit", True),
+        ("non-legitimate", "legitimate", True),  # a word of its own after the hyphen, and "non" reads as a negation
+    ],
+)
+def test_phrases_are_heard_as_whole_words(text, phrase, heard):
+    assert says(normalise(text), phrase) is heard
+
+
+def test_whole_words_are_what_stop_twisted_phrases(env):
+    """The reference agent's lines with the phrases glued into longer words ("illegitimate", "casino deposit") win
+    calls once words the rules never use and talk of other things are let through, as long as a phrase is heard
+    wherever its letters are (reading 7: 70 % and 49 %); heard as whole words, nothing, let through or not."""
+    loose, user = loosened(env, foreign_words=None, focus_share=0.0)
+    twisted = TwistedWordsAgent(env.scenario, StubTokenizer(), loose)
+    assert completion_rate(play(env.scenario, twisted, user, env.profiles)) <= MAX_ADVERSARY_CR
+    assert completion_rate(env.episodes(TwistedWordsAgent.name)) <= MAX_ADVERSARY_CR

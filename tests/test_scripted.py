@@ -283,6 +283,19 @@ def test_bad_rules_file_names_file_and_field(tmp_path, restaurant_rules, mutate,
     assert e.value.path == path and e.value.field == field and str(path) in str(e.value)
 
 
+def test_a_phrase_inside_a_longer_word_of_another_concern_is_no_overlap(tmp_path, restaurant_rules):
+    """Phrases are heard as whole words, so "illegitimate" (here an answer to one concern) and "legitimate" (one to
+    another) never count as one another: the file is accepted; a phrase holding another's whole words is refused
+    (test_bad_rules_file_names_file_and_field)."""
+    scenario, data = restaurant_rules
+    data = yaml.safe_load(yaml.safe_dump(data))
+    data["concerns"]["Suitability_Doubts"]["resolved_by"].append("illegitimate")
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(data))
+    rules = load_rules(path, scenario.stages, scenario.library.categories)
+    assert "illegitimate" in rules.concerns["Suitability_Doubts"].resolved_by
+
+
 def test_missing_rules_file_or_unknown_behaviour_is_refused(restaurant_rules):
     scenario, _ = restaurant_rules
     with pytest.raises(SEADInputError) as e:

@@ -47,7 +47,9 @@ Framed (`framed_agents`): the reference agent's line every turn, turned around.
   rumour ("Legend has it that ..."), a retraction of the last reply, an idiom ("Fat chance that ..."), an emoji;
 - `struck_through`, `mirrored`, `accented_negated`, `digits_negated`, `one_word_disowned`, `foreign_negated`: what
   a reader sees against what a matcher reads (a stroke drawn through every letter, a right-to-left override,
-  accents and digits on the turning word, a one-word or one-emoji take-back, another language's "not").
+  accents and digits on the turning word, a one-word or one-emoji take-back, another language's "not");
+- `twisted_words`: every phrase the user listens for glued into a longer word that says something else
+  ("illegitimate", "casino deposit", "prepay per click").
 
 `KNOWN_LIMITS` are agents that win about what the reference agent wins without serving the user as well, through
 what the scripted user cannot judge (docs/user_simulators.md); the hack monitors flag them:
@@ -83,6 +85,7 @@ from sead.testing.framed_agents import (
     QuestioningAgent,
     StruckThroughAgent,
     TakenBackAgent,
+    TwistedWordsAgent,
 )
 from sead.testing.reworded_agents import (
     AskedBackAgent,
@@ -129,6 +132,7 @@ ADVERSARIAL_AGENTS = {
         DigitsForLettersAgent,
         OneWordDisownedAgent,
         ForeignNegatedAgent,
+        TwistedWordsAgent,
     )
 }
 KNOWN_LIMITS = {cls.name: cls for cls in (WordBagAgent, ShuffledLineAgent)}

@@ -15,7 +15,7 @@ from sead.policy.scripted import SOPIgnoringAgent, mid_portrait, user_replies
 from sead.scenario.scenario import Scenario
 from sead.usersim.rules import Rules
 from sead.usersim.rules_file import scenario_rules
-from sead.usersim.visible_text import normalise
+from sead.usersim.visible_text import matches_any, normalise
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _OPENERS = ("", "So, ", "Right, ", "Quick one: ", "Look, ")
@@ -107,7 +107,7 @@ class PromptReciterAgent(_BlindAgent):
         phrases = [p for s in self.rules.stages for p in s.agent_cues]
         phrases += [p for c in self.rules.concerns.values() for p in c.resolved_by]
         sentences = [s.strip() for s in _SENTENCE_END.split(scenario.agent_system_prompt()) if s.strip()]
-        self.recital = [s for s in sentences if any(p in normalise(s) for p in phrases)] or sentences
+        self.recital = [s for s in sentences if matches_any(normalise(s), phrases)] or sentences
 
     def line(self, messages: list[dict], turn: int) -> str:
         n = self.SENTENCES_PER_TURN

@@ -7,8 +7,10 @@ accents, digits, marks drawn through the text, a right-to-left override). Test t
 from __future__ import annotations
 
 import re
+from functools import cached_property
 
 from sead.policy.scripted import ReferenceAgent
+from sead.usersim.visible_text import normalise, phrase_pattern
 
 
 class NegatingAgent(ReferenceAgent):
@@ -250,3 +252,33 @@ class ForeignNegatedAgent(_FramingAgent):
         "Faux: {}.",
         "{}. Mentira.",
     )
+
+
+class TwistedWordsAgent(NegatingAgent):
+    """The reference agent's line with the phrases the user listens for glued into longer words that say something
+    else ("illegitimate", "casino deposit", "prepay per click"): a reader reads other words, a matcher of substrings
+    reads the line. Phrases that overlap are one stretch, glued at both ends."""
+
+    name = "twisted_words"
+    FRAMES = (("il", "ly"), ("un", "less"), ("casi", "s"), ("pre", "ed"), ("dis", "ish"), ("anti", "ism"))
+
+    def framed(self, frame: tuple[str, str], line: str) -> str:
+        text, (before, after) = normalise(line), frame
+        spans = sorted((m.start(), m.end()) for p in self.listened_for for m in phrase_pattern(p).finditer(text))
+        stretches: list[list[int]] = []
+        for start, end in spans:
+            if stretches and start < stretches[-1][1]:
+                stretches[-1][1] = max(stretches[-1][1], end)
+            else:
+                stretches.append([start, end])
+        for start, end in reversed(stretches):
+            text = f"{text[:start]}{before}{text[start:end]}{after}{text[end:]}"
+        return text[:1].upper() + text[1:]
+
+    @cached_property
+    def listened_for(self) -> tuple[str, ...]:
+        """Every stage cue and concern answer phrase of the rules file."""
+        return (
+            *(p for s in self.rules.stages for p in s.agent_cues),
+            *(p for c in self.rules.concerns.values() for p in c.resolved_by),
+        )

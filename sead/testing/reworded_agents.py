@@ -13,7 +13,7 @@ from sead.policy.scripted import ReferenceAgent
 from sead.scenario.scenario import Scenario
 from sead.testing.blind_agents import last_user_reply
 from sead.usersim.rules import Rules
-from sead.usersim.visible_text import content_words, normalise, words_of
+from sead.usersim.visible_text import content_words, normalise, says, words_of
 
 
 class BarePhrasesAgent(ReferenceAgent):
@@ -25,7 +25,7 @@ class BarePhrasesAgent(ReferenceAgent):
         text = normalise(turn.response)
         answers = [p for c in self.rules.concerns.values() for p in c.resolved_by]
         cues = [p for s in self.rules.stages for p in s.agent_cues]
-        phrase = next(p for p in (*answers, *cues) if p in text)  # what the reference line is heard for
+        phrase = next(p for p in (*answers, *cues) if says(text, p))  # what the reference line is heard for
         rng = random.Random(f"{seed}/{len(messages)}")
         return self.scenario.tags.format_agent(self.say(phrase, text, rng), turn.portrait, turn.stage, turn.status)
 

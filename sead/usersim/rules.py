@@ -11,8 +11,9 @@ A rules file (YAML, named by the scenario's `rules:` key) holds:
   it will not act yet / the agent said nothing it can use) and an optional `dynamics:` block overriding the
   numbers in `Dynamics`.
 
-Phrases match case-insensitively as substrings after `normalise`, which also drops the brackets of
-placeholders, so a cue "platform" matches a reply saying "[Platform]" and the other way round. A phrase may not
+Phrases match case-insensitively as whole words after `normalise`, which also drops the brackets of placeholders,
+so a cue "platform" matches a reply saying "[Platform]" and the other way round, and "legitimate" does not match
+"illegitimate" (`visible_text.says`). A phrase may not
 contain, or be contained in, a phrase of another stage (or of another concern): the number of stages a reply
 cues and of concern kinds it answers must be well defined, since a reply with too many of either is a salad.
 A phrase counts only with substance around it: `dynamics.substance_words` content words of its own stage's or
@@ -39,6 +40,7 @@ from sead.usersim.visible_text import (
     letters_of,
     ngrams,
     normalise,
+    says,
     share,
     stated,
 )
@@ -46,12 +48,13 @@ from sead.usersim.visible_text import (
 # The version of how a reply is read (`Rules.read`, `normalise`, the negation lists). Part of the scripted user's
 # identity, so runs and evaluations played against another reading are never reused or compared as if the user
 # were the same: raise it whenever some reply would read differently.
-READING_VERSION = 7  # 4: padded and disguised repeats, negations without "not"; 5: lines disowned or hedged ("I
+READING_VERSION = 8  # 4: padded and disguised repeats, negations without "not"; 5: lines disowned or hedged ("I
 # doubt that", "Is it true that ...? I'm unsure"), sarcasm; 6: answers asked as questions, hypotheticals, more
 # disowning word forms and take-backs, look-alike letters of other scripts, salads hidden behind a negation; 7: what a
 # reader sees of marks and letters (text struck through with combining strokes, the reversed display of a
 # right-to-left override, accented letters as their plain ones), negations with digits for letters ("n0t"), more
-# disowning words, emoji and other languages' plain negations
+# disowning words, emoji and other languages' plain negations; 8: phrases heard as whole words only ("legitimate" is
+# not in "illegitimate")
 
 
 def voiced_kinds(library) -> dict[str, str]:
@@ -133,7 +136,7 @@ _Check = tuple[object, tuple[str, ...], _Said, frozenset[str]]
 
 def _check(key, phrases: tuple[str, ...], own: _Said, lines: tuple[str, ...]) -> _Check:
     texts = [normalise(line) for line in lines]
-    asked = frozenset(p for p in phrases for t in texts if p in t and p not in stated(t))
+    asked = frozenset(p for p in phrases for t in texts if says(t, p) and not says(stated(t), p))
     return key, phrases, own, asked
 
 
@@ -212,7 +215,7 @@ class Rules:
             return [
                 (key, own)
                 for key, phrases, own, asked in checks
-                if any(p in said.stated or (p in asked and p in said.text) for p in phrases)
+                if any(says(said.stated, p) or (p in asked and says(said.text, p)) for p in phrases)
                 and len(said.words & own.words) >= d.substance_words
             ]
 

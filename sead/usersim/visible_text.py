@@ -60,8 +60,20 @@ def _plain_letter(c: str) -> str:
     return base if c.isalpha() and not c.isascii() and base.isascii() and base.isalpha() else c
 
 
+@lru_cache(maxsize=4096)  # the phrases of the rules files in use
+def phrase_pattern(phrase: str) -> re.Pattern:
+    """A phrase as whole words: no letter or digit glued to either end ("legitimate" is not in "illegitimate", nor
+    "no deposit" in "casino deposit", nor "pay per click" in "prepay per click")."""
+    return re.compile(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])")
+
+
+def says(normalised_text: str, phrase: str) -> bool:
+    """Whether the text holds the (normalised) phrase as whole words."""
+    return phrase in normalised_text and phrase_pattern(phrase).search(normalised_text) is not None
+
+
 def matches_any(normalised_text: str, phrases: Iterable[str]) -> bool:
-    return any(p in normalised_text for p in phrases)
+    return any(says(normalised_text, p) for p in phrases)
 
 
 _QUESTION_MARKS = frozenset("?\u203d\u2e2e\u2753\u2754")  # ? and the interrobang, reversed and emoji ones
