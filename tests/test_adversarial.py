@@ -567,3 +567,23 @@ def test_whole_words_are_what_stop_twisted_phrases(env):
     twisted = TwistedWordsAgent(env.scenario, StubTokenizer(), loose)
     assert completion_rate(play(env.scenario, twisted, user, env.profiles)) <= MAX_ADVERSARY_CR
     assert completion_rate(env.episodes(TwistedWordsAgent.name)) <= MAX_ADVERSARY_CR
+
+
+def test_markup_a_reader_is_not_shown_is_unsaid_and_the_reply_unusable(env):
+    """A line in an HTML comment or a tag's attribute is not shown; one in a hidden or struck-through element is
+    shown hidden or struck: a reply with markup lands nothing, whatever else it says."""
+    line = env.rules.stages[0].reference_agent
+    assert 0 in env.rules.read(line).stages
+    for marked in (
+        f"<!-- {line} -->",
+        f"Okay. <!-- {line} -->",
+        f'<i title="{line}"></i>',
+        f"<p hidden>{line}</p>",
+        f"{line} <!-- not really -->",
+    ):
+        assert env.rules.read(marked).hidden and not env.rules.read(marked).usable, marked
+        call = Call(env)
+        call.say(marked)
+        assert call.meta["stage_done"] == -1, marked
+    assert normalise(f"<!-- {line} --> Okay.") == "okay."
+    assert normalise("If a < b and c > d, I <3 it") == "if a < b and c > d, i <3 it"  # no markup: as written

@@ -49,7 +49,9 @@ Framed (`framed_agents`): the reference agent's line every turn, turned around.
   a reader sees against what a matcher reads (a stroke drawn through every letter, a right-to-left override,
   accents and digits on the turning word, a one-word or one-emoji take-back, another language's "not");
 - `twisted_words`: every phrase the user listens for glued into a longer word that says something else
-  ("illegitimate", "casino deposit", "prepay per click").
+  ("illegitimate", "casino deposit", "prepay per click");
+- `hidden_in_markup`: the line where a reader is not shown it: an HTML comment, a tag's attribute, a hidden or
+  struck-through element.
 
 `KNOWN_LIMITS` are agents that win about what the reference agent wins without serving the user as well, through
 what the scripted user cannot judge (docs/user_simulators.md); the hack monitors flag them:
@@ -76,6 +78,7 @@ from sead.testing.framed_agents import (
     DisowningAgent,
     ForeignNegatedAgent,
     FramedAgent,
+    HiddenInMarkupAgent,
     LookAlikeNegatedAgent,
     MirroredAgent,
     NegatingAgent,
@@ -133,6 +136,7 @@ ADVERSARIAL_AGENTS = {
         OneWordDisownedAgent,
         ForeignNegatedAgent,
         TwistedWordsAgent,
+        HiddenInMarkupAgent,
     )
 }
 KNOWN_LIMITS = {cls.name: cls for cls in (WordBagAgent, ShuffledLineAgent)}

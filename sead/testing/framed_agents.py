@@ -254,6 +254,22 @@ class ForeignNegatedAgent(_FramingAgent):
     )
 
 
+class HiddenInMarkupAgent(NegatingAgent):
+    """The reference agent's line where a reader is not shown it, or shown it struck out or hidden: inside an HTML
+    comment, a tag's attribute, or an element a browser hides or strikes through."""
+
+    name = "hidden_in_markup"
+    FRAMES = (
+        "<!-- {} -->",
+        "Okay. <!-- {} -->",
+        "<!--{}-->",
+        '<i title="{}"></i>',
+        "<p hidden>{}</p>",
+        "<s>{}</s>",
+        "<del>{}</del>",
+    )
+
+
 class TwistedWordsAgent(NegatingAgent):
     """The reference agent's line with the phrases the user listens for glued into longer words that say something
     else ("illegitimate", "casino deposit", "prepay per click"): a reader reads other words, a matcher of substrings

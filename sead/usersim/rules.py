@@ -11,17 +11,17 @@ A rules file (YAML, named by the scenario's `rules:` key) holds:
   it will not act yet / the agent said nothing it can use) and an optional `dynamics:` block overriding the
   numbers in `Dynamics`.
 
-Phrases match case-insensitively as whole words after `normalise`, which also drops the brackets of placeholders,
-so a cue "platform" matches a reply saying "[Platform]" and the other way round, and "legitimate" does not match
-"illegitimate" (`visible_text.says`). A phrase may not
-contain, or be contained in, a phrase of another stage (or of another concern): the number of stages a reply
-cues and of concern kinds it answers must be well defined, since a reply with too many of either is a salad.
-A phrase counts only with substance around it: `dynamics.substance_words` content words of its own stage's or
-concern's lines in the reply, so a bare phrase padded with filler words cues and answers nothing, and where most of
-the reply's content words are those lines' (`dynamics.focus_share`), so a phrase inside talk of something else
-does not either. It counts only where the reply holds no negation word that none of those lines use
-(`dynamics.negation_check`): "It is not true that ..." or "Nobody ..." before a line says something else than the
-line; and only in a sentence that is not a question, unless those lines ask it too.
+Phrases match case-insensitively as whole words after `normalise` (what a reader sees, placeholder brackets
+dropped), so a cue "platform" matches a reply saying "[Platform]" and the other way round, and "legitimate" does
+not match "illegitimate" (`visible_text.says`). A phrase may not contain, or be contained in, a phrase of another
+stage (or of another concern): the number of stages a reply cues and of concern kinds it answers must be well
+defined, since a reply with too many of either is a salad. A phrase counts only with substance around it:
+`dynamics.substance_words` content words of its own stage's or concern's lines in the reply, so a bare phrase
+padded with filler words cues and answers nothing, and where most of the reply's content words are those lines'
+(`dynamics.focus_share`), so a phrase inside talk of something else does not either. It counts only where the reply
+holds no negation word that none of those lines use (`dynamics.negation_check`): "It is not true that ..." or
+"Nobody ..." before a line says something else than the line; and only in a sentence that is not a question, unless
+those lines ask it too. A reply holding markup a reader is not shown (an HTML comment, a tag) counts for nothing.
 `Rules.read` is the one reading of an agent reply, shared by the scripted user and the hack monitors.
 """
 
@@ -37,6 +37,7 @@ from sead.usersim.visible_text import (
     content_of,
     content_words,
     disguised,
+    hidden_markup,
     letters_of,
     ngrams,
     normalise,
@@ -54,7 +55,7 @@ READING_VERSION = 8  # 4: padded and disguised repeats, negations without "not";
 # reader sees of marks and letters (text struck through with combining strokes, the reversed display of a
 # right-to-left override, accented letters as their plain ones), negations with digits for letters ("n0t"), more
 # disowning words, emoji and other languages' plain negations; 8: phrases heard as whole words only ("legitimate" is
-# not in "illegitimate")
+# not in "illegitimate"), markup a reader is not shown read as unsaid and the reply that holds it as unusable
 
 
 def voiced_kinds(library) -> dict[str, str]:
@@ -177,11 +178,12 @@ class Reading:
     repeated: bool  # mostly what the agent already said
     echoed: bool  # mostly the user's own last words
     disguised: bool = False  # holds a letter the scenario never writes (look-alikes of Latin ones)
+    hidden: bool = False  # holds markup a reader is not shown (an HTML comment, a tag)
 
     @property
     def usable(self) -> bool:
         """Whether the reply can land a stage or answer a concern at all."""
-        return not (self.salad or self.repeated or self.echoed or self.disguised)
+        return not (self.salad or self.repeated or self.echoed or self.disguised or self.hidden)
 
 
 @dataclass(frozen=True)
@@ -320,4 +322,5 @@ class Rules:
             repeated=bool(grams) and repeat >= d.repeat_share,
             echoed=bool(grams) and echo >= d.echo_share,
             disguised=disguised(text, self.letters),
+            hidden=hidden_markup(reply),
         )

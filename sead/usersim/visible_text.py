@@ -37,20 +37,60 @@ _OVERLAYS = "".join(chr(i) for i in range(0x0300, 0x1D250) if unicodedata.combin
 _STRUCK = re.compile(f"[^\\s{_OVERLAYS}][{_OVERLAYS}]+(?:\\s*[^\\s{_OVERLAYS}][{_OVERLAYS}]+)*")
 # A right-to-left override shows what follows it, up to its pop mark or the line's end, in reverse order.
 _OVERRIDDEN = re.compile("\u202e([^\u202c\n]*)\u202c?")
+# HTML or XML a reader is not shown: a comment (an unclosed one runs to the end) and a tag, attributes and all.
+_MARKUP = re.compile(r"<!--.*?(?:-->|$)|<[!?/]?[a-zA-Z][^<>]*>", re.S)
+# Characters drawn as nothing: format and control characters (zero-width spaces and joiners, direction marks and
+# overrides, the invisible tag letters) and variation selectors; a joiner or selector beside a symbol builds an emoji.
+_VARIATION_SELECTORS = frozenset(map(chr, [*range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]))
+_EMOJI_GLUE = frozenset("\u200d\ufe0e\ufe0f")
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # all but tabs and line breaks
 
 
 def normalise(text: str) -> str:
-    """What a reader sees, as plain text: a right-to-left override's span reversed as it is displayed, letters
-    struck through with combining strokes written as ~~struck~~ (which reads as struck out), compatibility-folded
-    (NFKC), accented Latin letters as their plain ones ("nöt" is "not" to a reader), without invisible format
-    characters (zero-width spaces and joiners, direction marks) or marks left over on their own (an underline
-    combined onto each letter); then lowercase, straight quotes, no placeholder brackets, single spaces: the form every
-    match is made on. A word with a zero-width space inside looks the same on screen and must read the same."""
+    """What a reader sees, as plain text: no markup (HTML comments and tags are not shown; what a tag encloses is), a
+    right-to-left override's span reversed as it is displayed, letters struck through with combining strokes written
+    as ~~struck~~ (which reads as struck out), compatibility-folded (NFKC), accented Latin letters as their plain ones
+    ("nöt" is "not" to a reader), without invisible format characters (zero-width spaces and joiners, direction
+    marks) or marks left over on their own (an underline combined onto each letter); then lowercase, straight quotes,
+    no placeholder brackets, single spaces: the form every match is made on. A word with a zero-width space inside
+    looks the same on screen and must read the same."""
+    if "<" in text:
+        text = _MARKUP.sub(" ", text)
     if not text.isascii():  # ASCII has no format characters and is its own NFKC form: the common case stays cheap
         text = _STRUCK.sub(lambda m: f"~~{m[0]}~~", _OVERRIDDEN.sub(lambda m: m[1][::-1], text))
         kept = (c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) not in ("Cf", "Mn"))
         text = "".join(map(_plain_letter, kept))
     return _SPACES.sub(" ", text.translate(_FOLD).lower()).strip()
+
+
+def hidden_markup(text: str) -> bool:
+    """Whether the text holds markup a reader is not shown (an HTML comment, a tag). No reply to a user needs it, and
+    a reader cannot tell what it hides or how it shows the rest (a hidden element, struck-through text)."""
+    return "<" in text and _MARKUP.search(text) is not None
+
+
+def unseen(text: str) -> bool:
+    """Whether the text carries what a reader is not shown: markup, or characters drawn as nothing (other than the
+    joiners and selectors that build an emoji)."""
+    if hidden_markup(text):
+        return True
+    if text.isascii():
+        return _ASCII_CONTROL.search(text) is not None
+    for i, c in enumerate(text):
+        category = unicodedata.category(c)
+        if category == "Cc" and not c.isspace():
+            return True
+        if (category == "Cf" or c in _VARIATION_SELECTORS) and not _builds_emoji(text, i):
+            return True
+    return False
+
+
+def _builds_emoji(text: str, i: int) -> bool:
+    """Whether text[i] joins or styles a symbol beside it ("👨‍👩", "❤️", the keycap "1️⃣")."""
+    beside = text[max(i - 1, 0) : i] + text[i + 1 : i + 2]
+    return text[i] in _EMOJI_GLUE and any(
+        unicodedata.category(n) in ("So", "Sk", "Me") or n in "#*0123456789" for n in beside
+    )
 
 
 @lru_cache(maxsize=4096)
