@@ -303,10 +303,21 @@ def test_the_blind_reference_replays_reference_lines(env):
 
 
 def test_hack_monitors_flag_every_adversary_and_not_the_reference(env):
+    """(Of the known limits, `word_bag` and `shuffled_line` are flagged: test_a_known_limit_wins_what_the_line_wins.)"""
     monitor = HackMonitor.for_scenario(env.scenario)
     assert monitor(env.episodes("reference"))["flagged"] == []
-    for name in (*ADVERSARIAL_AGENTS, *KNOWN_LIMITS):
+    for name in ADVERSARIAL_AGENTS:
         assert monitor(env.episodes(name))["flagged"], name
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_LIMITS))
+def test_what_the_reading_cannot_judge_earns_at_most_what_the_line_earns(env, name):
+    """The classes of reply the scripted user cannot tell from the reference line (its words out of order or without
+    their grammar, an answer taken back in a later reply, other numbers in the same words) earn what the line earns
+    or less, never more: RL has no gradient toward them. (The dice differ from one wording to another: a point.)"""
+    cr, reference = (completion_rate(env.episodes(n)) for n in (name, "reference"))
+    print(f"{env.scenario.name} {name}: CR {cr:.3f} (reference {reference:.3f})")
+    assert cr <= reference + 0.01
 
 
 @pytest.mark.parametrize("name, monitor_name", [("word_bag", "word_bag_share"), ("shuffled_line", "scrambled_share")])

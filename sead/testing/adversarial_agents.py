@@ -56,7 +56,9 @@ Framed (`framed_agents`): the reference agent's line every turn, turned around.
 `KNOWN_LIMITS` are agents that win about what the reference agent wins without serving the user as well, through
 what the scripted user cannot judge (docs/user_simulators.md); the hack monitors flag them:
 - `word_bag`: the phrase and three other words of the reference line in any order, with the grammar dropped;
-- `shuffled_line`: the whole reference line with the phrase intact and every other word shuffled around it.
+- `shuffled_line`: the whole reference line with the phrase intact and every other word shuffled around it;
+- `taken_back_later`: each answer taken back in a reply of its own ("Scratch my last answer, it was a lie.");
+- `numbers_changed`: the reference line with every number in it one more ("a free 701-yuan credit").
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ from sead.testing.framed_agents import (
     LookAlikeNegatedAgent,
     MirroredAgent,
     NegatingAgent,
+    NumbersChangedAgent,
     OddQuestionsAgent,
     OddSpellingAgent,
     OneWordDisownedAgent,
@@ -95,6 +98,7 @@ from sead.testing.reworded_agents import (
     BarePhrasesAgent,
     EmbeddedPhraseAgent,
     GuessingAgent,
+    LaterTakeBackAgent,
     MenuAgent,
     ParrotAgent,
     ShuffledLineAgent,
@@ -139,4 +143,4 @@ ADVERSARIAL_AGENTS = {
         HiddenInMarkupAgent,
     )
 }
-KNOWN_LIMITS = {cls.name: cls for cls in (WordBagAgent, ShuffledLineAgent)}
+KNOWN_LIMITS = {cls.name: cls for cls in (WordBagAgent, ShuffledLineAgent, LaterTakeBackAgent, NumbersChangedAgent)}

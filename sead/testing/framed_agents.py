@@ -270,6 +270,18 @@ class HiddenInMarkupAgent(NegatingAgent):
     )
 
 
+class NumbersChangedAgent(NegatingAgent):
+    """A known limit (`KNOWN_LIMITS`): the reference agent's line with every number in it one more ("a free 701-yuan
+    credit", "from 21 GB to 41 GB"): other facts in the same words. The scripted user does not read numbers; where a
+    phrase it listens for holds one, the line lands nothing."""
+
+    name = "numbers_changed"
+    FRAMES = ("",)
+
+    def framed(self, frame: str, line: str) -> str:
+        return re.sub(r"\d+", lambda m: str(int(m[0]) + 1), line)
+
+
 class TwistedWordsAgent(NegatingAgent):
     """The reference agent's line with the phrases the user listens for glued into longer words that say something
     else ("illegitimate", "casino deposit", "prepay per click"): a reader reads other words, a matcher of substrings

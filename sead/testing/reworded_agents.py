@@ -168,3 +168,37 @@ class TwoAnswersAgent(ReferenceAgent):
             return line
         other = next(c for c in self.by_frequency if c != action.category)
         return f"{line} Also, {self.rules.concerns[other].reference_answer}"
+
+
+class LaterTakeBackAgent(ReferenceAgent):
+    """A known limit (`KNOWN_LIMITS`): after each answer to a concern, a reply of its own that takes the answer back,
+    then the reference agent's next line. The scripted user reads each reply on its own, so the answer stands; the
+    take-back is a turn in which the user hears nothing."""
+
+    name = "taken_back_later"
+    TAKE_BACK = "Scratch my last answer, it was a lie."
+
+    async def reply(self, messages: list[dict], seed: int) -> str:
+        said = [self.scenario.tags.parse_agent(m["content"]) for m in messages if m["role"] == "assistant"]
+        if said and said[-1].response in self.answers:
+            last = said[-1]
+            return self.scenario.tags.format_agent(self.TAKE_BACK, last.portrait, last.stage, 0)
+        return await super().reply(self._without_take_backs(messages), seed)
+
+    def _without_take_backs(self, messages: list[dict]) -> list[dict]:
+        """The dialogue as the reference agent would have had it: each take-back and the user's reply to it left out."""
+        kept, skip = [], False
+        for m in messages:
+            if skip:
+                skip = False
+            elif m["role"] == "assistant" and self.scenario.tags.parse_agent(m["content"]).response == self.TAKE_BACK:
+                skip = True
+            else:
+                kept.append(m)
+        return kept
+
+    @property
+    def answers(self) -> frozenset[str]:
+        return frozenset(
+            line for c in self.rules.concerns.values() for line in (c.reference_answer, *c.reference_rewordings)
+        )
