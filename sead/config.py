@@ -269,7 +269,7 @@ class ControllerConfig:
     min_count: int = number(1, ge=1)
     window: int = number(1, ge=1)  # updates whose dialogues the rule reads (this one and window - 1 before it)
     # > 0: draw more users with the kinds of concern the agent answers least (sead/controller/concern_focus.py);
-    # 0 draws behaviours uniformly. Measured once (RESULTS session 53, f = 4, window 10): +0.5 points over the
+    # 0 draws behaviours uniformly. Measured once (2026-11-29, f = 4, window 10): +0.5 points over the
     # warm-up where the recipe gained +5.0 on the same run seed; dropped from the recipe
     concern_focus: float = number(0.0, ge=0)
     marginals: Any = None  # null: the scenario's default_marginals; else {cooperation: {1: 0.3, ...}, ...}

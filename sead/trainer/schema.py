@@ -30,7 +30,7 @@ class UpdateConfig:
     clip_low: float = number(0.2, ge=0, lt=1)  # the ratio's floor is 1 - clip_low
     clip_high: float = number(0.2, ge=0)  # > clip_low: DAPO clip-higher
     # GRPO (r - mean) / std; False: Dr.GRPO-style centring only, so small reward differences stay small advantages
-    # (RESULTS, development seed session 13: std-normalised groups of near-equal shaped rewards cost 13 points)
+    # (development seed, 2026-11-24: std-normalised groups of near-equal shaped rewards cost 13 points)
     normalise_std: bool = True
     dynamic_sampling: bool = False  # drop groups whose rewards are all equal
     # With dynamic_sampling: while no group of the step carries a gradient, play up to this many more rounds of
@@ -42,12 +42,12 @@ class UpdateConfig:
     # agent tokens of every dialogue the step played, flat groups and groups of one included, as if they had not
     # been dropped (their advantage is 0): plain GRPO's policy gradient without computing theirs, so a step moves
     # the weights in proportion to how much of it carried a signal. KL and entropy terms share the denominator;
-    # the dropped dialogues' own share of those is not computed. Measured (RESULTS session 45, three run seeds):
+    # the dropped dialogues' own share of those is not computed. Measured (2026-11-28, three run seeds):
     # `played` gained +9.5 points on average over the warm-up against +5.8, the worst run +4.5 against +0.5.
     loss_tokens: str = one_of("kept", "played")
     micro_batch: int = number(2, ge=1)  # sequences per forward/backward
-    # optimiser passes over each step's rollouts; more than 1 runs the old-log-prob pass first (RESULTS, development
-    # seed session 29: 2 epochs +1 point against +8 for 1)
+    # optimiser passes over each step's rollouts; more than 1 runs the old-log-prob pass first (development
+    # seed, 2026-11-26: 2 epochs +1 point against +8 for 1)
     ppo_epochs: int = number(1, ge=1)
     # optimiser steps per epoch: the step's dialogues split into this many parts, each its own step (verl's
     # ppo_mini_batch_size = profiles_per_step / mini_batches). More than 1 runs the old-log-prob pass first.
@@ -84,11 +84,11 @@ class BranchConfig:
     the cut. 0 = off."""
 
     groups: int = number(0, ge=0)  # branched groups per step; 0 = off (the learning-curve recipe: 16)
-    # continuations per group (a group of one has no advantage); RESULTS, development seed session 30: 6 instead of 4
+    # continuations per group (a group of one has no advantage); development seed, 2026-11-26: 6 instead of 4
     # gained +7 points (p = 0.065), not kept
     size: int = number(4, ge=2, le=MAX_GROUP_MEMBERS)
     # where to cut: any turn, one after which the user lost ground, one that answers a concern the user voiced, or
-    # one whose reply left that concern open (RESULTS session 59: `unanswered` 109/200 as `concern`, +2.5 over its
+    # one whose reply left that concern open (2026-11-30: `unanswered` 109/200 as `concern`, +2.5 over its
     # warm-up (p = 0.06), with more differing groups a step, 5.05 against 3.45; the recipe's)
     at: str = one_of("uniform", "setback", "concern", "unanswered")
     # what to cut: the step's own dialogues, or the scripted reference agent's with the same users and draws (no
@@ -105,7 +105,7 @@ class BranchConfig:
 @dataclass
 class WarmupConfig:
     # reference-agent dialogues played before RL and imitated (supervised fine-tuning on the agent's turns);
-    # 0 = no warm-up. RESULTS session 56: four epochs of a 192-dialogue warm-up took SmolLM2-135M from 60 (one
+    # 0 = no warm-up. Measured 2026-11-29: four epochs of a 192-dialogue warm-up took SmolLM2-135M from 60 (one
     # epoch) to 104 of 200 held-out development dialogues completed
     dialogues: int = number(0, ge=0)
     epochs: int = number(1, ge=1)  # passes over the imitated dialogues (the learning-curve recipe: 4)
@@ -162,7 +162,7 @@ class TrainerConfig:
     max_minutes: float | None = number(None, gt=0)
     # Validation and checkpoints' model/ are an exponential moving average of the policy's weights over RL updates,
     # this much of the average kept at each (sead/trainer/weight_average.py); rollouts sample from the live policy.
-    # 0 = off: the live policy throughout. Measured (RESULTS sessions 43-44, d = 0.8, three run seeds): the average
+    # 0 = off: the live policy throughout. Measured (2026-11-28, d = 0.8, three run seeds): the average
     # beat its own live policy by +10, 0 and +3.5 points and never lost; the learning-curve recipe sets 0.8.
     weight_ema: float = number(0.0, ge=0, lt=1)
     sampling: RolloutSampling = field(default_factory=RolloutSampling)

@@ -21,12 +21,17 @@ from sead.dialogue.runner import RunnerConfig
 from sead.errors import SEADInputError
 from sead.run.layout import Entry
 from sead.trainer.schema import TrainerConfig
+from sead.verl_backend.dataset import AGENT_NAME
 
 PLUGIN_MODULE = "sead.verl_backend.plugin"
 
 
 @dataclass
 class VerlSettings:
+    # verl's trainer: its V1 trainer (TransferQueue), what verl 0.9.1 runs by default; false: its legacy
+    # RayPPOTrainer, which verl's development branch makes the only one (there, true fails at start). SEAD's agent
+    # loop reads everything it needs from its own rows, so it runs under either.
+    use_v1: bool = True
     nnodes: int = number(1, ge=1)  # machines in the Ray cluster
     n_gpus_per_node: int = number(8, ge=1)  # training GPUs per node; GPUs serving the user simulator are not counted
     usersim_gpus: list[int] = number(default_factory=list, ge=0)  # scripts/main.sh serves the user simulator here
@@ -118,6 +123,7 @@ class RunFiles:
     train_file = Entry("train.parquet")
     val_file = Entry("val.parquet")
     agent_loop_config = Entry("agent_loop.yaml")
+    plays_file = Entry("plays.txt")  # how often each row was played (`episode_io.RunPlays`)
     checkpoint_dir = Entry("checkpoints")
     metrics_file = Entry("metrics.jsonl")  # verl's file logger
     log_file = Entry("verl.log")
@@ -139,7 +145,7 @@ def _sampling(prefix: str, s) -> list[str]:
 def verl_overrides(cfg: DictConfig, vs: VerlSettings, tc: TrainerConfig, files: RunFiles) -> list[str]:
     u, a, r = tc.update, "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     return [
-        "trainer.use_v1=true",
+        f"trainer.use_v1={vs.use_v1}",
         "algorithm.adv_estimator=grpo",
         f"algorithm.norm_adv_by_std_in_grpo={u.normalise_std}",
         f"algorithm.filter_groups.enable={u.dynamic_sampling}",
@@ -192,7 +198,7 @@ def verl_overrides(cfg: DictConfig, vs: VerlSettings, tc: TrainerConfig, files: 
         f"{r}.log_prob_micro_batch_size_per_gpu={vs.micro_batch_per_gpu}",
         f"{r}.calculate_log_probs=true",
         f"{r}.agent.num_workers={vs.agent_workers}",
-        f"{r}.agent.default_agent_loop=sead_dialogue",
+        f"{r}.agent.default_agent_loop={AGENT_NAME}",
         f"{r}.agent.agent_loop_config_path={files.agent_loop_config}",
         f"reward.num_workers={vs.reward_workers}",
         "reward.custom_reward_function.path=pkg://sead.verl_backend.reward_fn",
