@@ -38,7 +38,6 @@ import copy
 import json
 import random
 import resource
-import sys
 from pathlib import Path
 
 import torch
@@ -49,6 +48,7 @@ from sead.models import training_attention
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, cpu_info
 from sead.timing import timed
+from sead.trainer import scoring
 from sead.trainer.estimators import Sequence
 from sead.trainer.schema import UpdateConfig
 from sead.trainer.token_logprobs import full_logits
@@ -124,12 +124,11 @@ class FullLogits(Updater):
     """The update with the plain way through the LM head (as `masked_logprobs` ran it before `token_logprobs`)."""
 
     def step(self, seqs):
-        update_module = sys.modules[Updater.__module__]
-        sliced, update_module.token_logprobs = update_module.token_logprobs, full_logits
+        sliced, scoring.token_logprobs = scoring.token_logprobs, full_logits
         try:
             return super().step(seqs)
         finally:
-            update_module.token_logprobs = sliced
+            scoring.token_logprobs = sliced
 
 
 def dialogues(tok, n: int, turns: int = 8, seed: int = 0) -> list[Sequence]:

@@ -47,7 +47,7 @@ from sead.usersim.visible_text import disguised, normalise, says, stated
 
 N_PROFILES = 300
 MAX_ADVERSARY_CR = 0.05
-# The reference agent's CR on these profiles and seeds under the simulator and rules of commit 354c99f, before
+# The reference agent's CR on these profiles and seeds under the simulator and rules as they stood before
 # salads, echoes, near-repeats and answers to the wrong concern stopped counting (tests/scripted_play.py's loop).
 REFERENCE_CR_BEFORE = {"restaurant": 0.663, "telecom": 0.580}
 REFERENCE_TOLERANCE = 0.05
