@@ -22,7 +22,8 @@ from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile
 from sead.testing.adversarial_agents import EchoAgent, GuessingAgent
 from sead.trainer.branching import branch_jobs, branch_points, concern_turns, setbacks, unanswered_turns
-from sead.trainer.loop import rollout_jobs, train
+from sead.trainer.loop import train
+from sead.trainer.rollouts import rollout_jobs
 from sead.trainer.schema import BranchConfig
 from sead.usersim.visible_text import normalise
 

@@ -22,7 +22,8 @@ from sead.run.layout import CheckpointFolder, RunLayout
 from sead.run.validation_table import changes, validation_table
 from sead.scenario.tags import AGENT_READING_VERSION
 from sead.trainer.budget import TrainingBudget
-from sead.trainer.loop import Trainer, groups_with_gradient, train
+from sead.trainer.loop import Trainer, train
+from sead.trainer.rollouts import groups_with_gradient
 
 # Entropy bonus on: the random tiny model never succeeds, so without it the update would be a no-op and
 # resume-exactness of the optimiser and weights would go untested.
@@ -221,6 +222,19 @@ def test_time_budget_stops_after_the_current_step_then_checkpoints_and_validates
     # the warm-up's own cap ends fine-tuning (playing the dialogues already took longer than 6 ms); RL still runs
     assert summary["stopped_by_time"] and summary["sequences_trained"] == 0 and summary["nll_first"] is None
     assert reward_steps(capped) == [1, 2]
+
+
+def test_a_run_that_changed_no_weight_says_so_and_does_not_exit_0(tmp_path, capsys):
+    from sead.cli.commands import TRAINED_NOTHING
+    from sead.cli.main import main
+
+    spent = ["trainer.warmup.dialogues=2", "trainer.max_minutes=0.0001"]  # the warm-up alone spends the budget
+    assert main(["train", *TINY, *spent, f"run_dir={tmp_path / 'spent'}"]) == TRAINED_NOTHING
+    out = " ".join(capsys.readouterr().out.split())
+    assert "trained nothing: no RL step was made (trainer.max_minutes was spent before the first)" in out
+    assert "done." not in out
+    # measuring a model alone plans no RL step: nothing was owed
+    assert main(["train", *TINY, "trainer.iterations=0", f"run_dir={tmp_path / 'measure'}"]) == 0
 
 
 def test_a_warmup_keeps_each_epochs_model_and_each_is_the_warmup_of_that_length(tmp_path):

@@ -398,10 +398,14 @@ def test_an_update_runs_the_shared_prompt_once_and_its_gradient_is_the_full_forw
     passes = []  # positions of each trunk pass
     handle = model.model.norm.register_forward_hook(lambda _m, _i, out: passes.append(out.shape[1]))
     upd = Updater(model, None, UpdateConfig(lr=1e-9, kl_coef=0.0, micro_batch=2, grad_clip=1e9), temperature=1.0)
+    given = {}  # the gradient the optimiser steps with (the update lets it go after the step)
+    upd.opt.register_step_pre_hook(lambda *_: given.update({n: p.grad.clone() for n, p in model.named_parameters()}))
     upd.step(copy.deepcopy(seqs))
     handle.remove()
-    for name, param in model.named_parameters():
-        assert torch.allclose(param.grad, expected[name], atol=1e-6, rtol=1e-4), name
+    assert all(p.grad is None for p in model.parameters())
+    for name, grad in given.items():
+        assert torch.allclose(grad, expected[name], atol=1e-6, rtol=1e-4), name
+    assert given.keys() == expected.keys()
     assert passes[0] == 40 and max(passes[1:]) < 40  # the prompt first and once; later passes carry only the rest
 
 

@@ -20,6 +20,8 @@ from sead.config import (
 )
 from sead.errors import SEADInputError
 
+TRAINED_NOTHING = 3  # `sead train`'s exit status where a run that planned RL steps changed no weight with them
+
 
 @command(
     "scenario",
@@ -212,8 +214,19 @@ def train_cmd(cfg: DictConfig, args: list[str]) -> int:
         console.print(f"interrupted; resume with: {again}", markup=False, highlight=False, soft_wrap=True)
         return 130
     from sead.run.layout import RunLayout
+    from sead.run.metrics_log import training_made
 
     layout = RunLayout(run_dir)
+    planned = int(cfg.trainer.iterations) * int(cfg.trainer.steps_per_iteration)
+    steps, updates = training_made(layout)
+    if cfg.backend != "verl" and planned and not updates:
+        why = (
+            "no RL step was made (trainer.max_minutes was spent before the first)"
+            if not steps
+            else f"its {steps} RL step(s) changed no weight: every group's dialogues scored alike"
+        )
+        console.print(f"[bold red]trained nothing:[/] {why}. Run directory: {run_dir}", soft_wrap=True)
+        return TRAINED_NOTHING
     console.print(
         f"\n[bold green]done.[/] run directory: {run_dir}\n"
         f"  metrics:            {layout.metrics} (TensorBoard: {layout.tensorboard})\n"

@@ -200,6 +200,11 @@ class DecodeStep:
             self._built = (key, layers, _linear(model.lm_head.weight.detach(), packed), fused)
         return self._built[1:]
 
+    def release(self) -> None:
+        """Drop the concatenated and packed weights (as large as the model's linears); the next step builds them
+        again, as it would after any update."""
+        self._built = None
+
     def usable(self) -> bool:
         """Autocast would change the dtypes the step computes in, and a model switched to another attention since
         computes otherwise; the caller then keeps the model's forward."""

@@ -74,6 +74,10 @@ class PackedLinears:
             self._packs[name] = held
         return held[1]
 
+    def release(self) -> None:
+        """Drop the packed weights; `active` packs them again."""
+        self._packs.clear()
+
     @contextlib.contextmanager
     def active(self):
         """Linear layers compute from packed weights inside the block (when the model's dtype and device allow

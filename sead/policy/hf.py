@@ -85,6 +85,16 @@ class HFPolicy(BatchingPolicy):
         dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")  # machines choose it (model.dtype)
         return {"name": self.name, "model": self.label, "dtype": dtype, "sampling": vars(self.sampling)}
 
+    def release(self) -> None:
+        """Free what sampling keeps for its next call: the dialogues' keys/values, the shared prompt's, and the
+        weights packed for decoding. A trainer calls it once a phase's dialogues are played: the update that follows
+        changes the weights, so all of it would be made again anyway, and it is as large as the model."""
+        self.turns.clear()
+        self._prefix = None
+        for held in (self.decode_step, self.packed):
+            if held is not None:
+                held.release()
+
     @torch.no_grad()
     def sample(self, requests: list[AgentRequest]) -> list[AgentOutput]:
         with self.packed.active() if self.packed else contextlib.nullcontext():

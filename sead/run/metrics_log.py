@@ -70,3 +70,10 @@ def _flatten(d: dict, prefix: str = "") -> dict:
         else:
             out[key] = v
     return out
+
+
+def training_made(layout: RunLayout) -> tuple[int, int]:
+    """(RL steps logged, optimiser steps they made) in a run's metrics.jsonl: a step whose groups all scored alike
+    is logged but changes no weight."""
+    steps = [r for r in read_json_lines(layout.metrics) if "time" in r] if layout.metrics.exists() else []
+    return len(steps), sum(int(r.get("optimiser_steps", 0)) for r in steps)

@@ -152,3 +152,9 @@ def write_validation_metrics(
 
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
+
+
+def validated_at(layout: RunLayout, iteration: int, step: int) -> bool:
+    """Whether validation after `iteration` was measured at `step` (a replayed step is measured again)."""
+    path = layout.validation_metrics(iteration)
+    return path.exists() and json.loads(path.read_text())["at"]["step"] == step

@@ -4,11 +4,7 @@ It writes the run directory laid out in `sead.run.layout`, through the same piec
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
-import random
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,106 +12,52 @@ from rich.console import Console
 
 from sead import compute, host_memory
 from sead.config import build_controller, build_scenario, build_usersim, check_config, group_config, runner_config
-from sead.controller.plausibility import check_endpoint, training_profiles
-from sead.dialogue import EpisodeJob, RolloutLog, run_batch
+from sead.controller.plausibility import check_endpoint
+from sead.dialogue import ChatTokens, RolloutLog, run_batch
 from sead.dialogue.response_cache import ResponseCache
-from sead.dialogue.seeds import group_agent_seed, imitation_seed, train_episode_seed
-from sead.errors import SEADInputError
 from sead.hack_monitor import HackMonitor
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, RolloutWeights
 from sead.policy.hf import HFPolicy
-from sead.policy.scripted import ReferenceAgent
 from sead.progress import progress_bar
 from sead.run.fixed_profiles import fixed_profiles
-from sead.run.layout import BASE_MODEL, CheckpointFolder, RunLayout, WarmupFolder
+from sead.run.frozen_config import write_start_config
+from sead.run.layout import BASE_MODEL, CheckpointFolder, RunLayout
 from sead.run.lock import run_dir_lock
 from sead.run.machine import record_machine
 from sead.run.metrics_log import MetricsLogger
 from sead.run.paired import validation_jobs
 from sead.run.scoring import EpisodeScorer
 from sead.run.start import start_or_resume
-from sead.run.steps import StepRecord, finish_step, unplayed_step, write_controller_state, write_validation_metrics
+from sead.run.steps import (
+    StepRecord,
+    finish_step,
+    unplayed_step,
+    validated_at,
+    write_controller_state,
+    write_validation_metrics,
+)
 from sead.run.validation_table import changes, user_side, validation_table, with_ci
-from sead.scenario.profiles import Profile
-from sead.trainer import lora
-from sead.trainer.branching import branch_jobs
 from sead.trainer.budget import TrainingBudget
 from sead.trainer.checkpoint import load_training_state, save_checkpoint
+from sead.trainer.models import build_models
+from sead.trainer.plan import fit_config, probe
+from sead.trainer.rollouts import StepPlays
 from sead.trainer.schema import TrainerConfig
+from sead.trainer.step_line import fmt, step_line
 from sead.trainer.update import Updater
-from sead.trainer.warmup import imitation_anchor, reuse_warmup, save_warmup, warmup
+from sead.trainer.warmup import anchor_draw, imitation_anchor, reuse_warmup, save_warmup, warmup
 from sead.trainer.weight_average import WeightAverage
 from sead.usersim.base import environment_identity
 
 console = Console()
 
 
-def build_models(model_cfg: ModelConfig, tc: TrainerConfig, resume: Path | None, warmed: Path, master: str):
-    """(policy, KL reference or None, tokenizer, label), with weights in `master` precision. The reference is the
-    base model, or the warmed-up model once a warm-up made one; with LoRA it is the policy's own base under
-    switched-off adapters (no second copy)."""
-    ref_model, tokenizer, label = load_model(model_cfg, master)
-    if resume and (warmed / "config.json").exists():
-        ref_model = load_model(model_cfg.at(warmed), master)[0]
-    checkpoint = CheckpointFolder(resume) if resume else None
-    if tc.lora.enabled:
-        return lora.wrap(ref_model, tc.lora, checkpoint.adapter if checkpoint else None), None, tokenizer, label
-    model = load_model(model_cfg.at(policy_weights(checkpoint)), master)[0] if checkpoint else copy.deepcopy(ref_model)
-    ref = ref_model.eval().requires_grad_(False) if tc.update.kl_coef else None
-    return model, ref, tokenizer, label
-
-
-def policy_weights(checkpoint: CheckpointFolder) -> Path:
-    """The live policy's weights: policy/ where the checkpoint's model/ holds their average (trainer.weight_ema)."""
-    return checkpoint.policy if checkpoint.policy.is_dir() else checkpoint.model
-
-
-def rollout_jobs(
-    profiles: list[Profile], *, run_seed: int, step: int, group_size: int, first: int = 0, shared_user: bool = False
-) -> list[EpisodeJob]:
-    """A training step's dialogues: `group_size` rollouts of each profile, one GRPO group per profile. `first`
-    numbers the profiles of a refill round after those already played in the step. `shared_user`: every rollout
-    of a profile meets the user its first rollout meets, and the agent samples from a seed of its own."""
-    return [
-        EpisodeJob(
-            p,
-            seed=train_episode_seed(run_seed, step, i, 0 if shared_user else k, group_size),
-            episode_id=f"s{step}-p{i}-r{k}",
-            group=i,
-            agent_seed=group_agent_seed(run_seed, step, i, k) if shared_user else None,
-        )
-        for i, p in enumerate(profiles, start=first)
-        for k in range(group_size)
-    ]
-
-
-def groups_with_gradient(episodes) -> int:
-    """GRPO groups whose scored rollouts do not all share one reward."""
-    rewards: dict[int, set[float]] = {}
-    for e in episodes:
-        if e.meta["reward"] is not None:
-            rewards.setdefault(e.meta["group"], set()).add(e.meta["reward"]["total"])
-    return sum(len(r) > 1 for r in rewards.values())
-
-
-class Trainer:
+class Trainer(StepPlays):
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
         check_config(cfg)  # every group and number, before the simulator or a model is built
         self.tc: TrainerConfig = group_config(cfg, "trainer")
-        if self.tc.update.imitation_coef and not (self.tc.warmup.dialogues or self.tc.warmup.reuse):
-            raise SEADInputError(
-                "trainer.update.imitation_coef imitates the warm-up's dialogues; this run has no warm-up "
-                "(set trainer.warmup.dialogues or trainer.warmup.reuse)",
-                field="trainer.update.imitation_coef",
-            )
-        if not (self.tc.update.policy_gradient or self.tc.update.imitation_coef):
-            raise SEADInputError(
-                "trainer.update.policy_gradient=false trains on the imitation anchor alone, and "
-                "trainer.update.imitation_coef is 0: nothing would train",
-                field="trainer.update.policy_gradient",
-            )
         self.runner_cfg = runner_config(cfg)
         self.model_cfg: ModelConfig = group_config(cfg, "model")
         self.precision = Precision.for_training(self.model_cfg.dtype, self.model_cfg.device)
@@ -162,6 +104,8 @@ class Trainer:
             self.controller.load_state_dict(start.state["controller"])
             self.step, self.budget = start.step, TrainingBudget.resumed(self.tc.max_minutes, start.state)
             console.print(f"resuming from {start.checkpoint} (step {self.step})")
+        if self.tc.fit_minutes and not start.checkpoint:
+            self._fit_to_machine()
         self.val_profiles = fixed_profiles(self.scenario, self.tc.validation.profiles, self.tc.validation.seed)
         self.layout.create()
         record_machine(self.layout, self.precision, self.step)
@@ -176,6 +120,15 @@ class Trainer:
             # resumed: keep lines up to the checkpoint; resume without one: start afresh
             resume_step=self.step if start.checkpoint else (-1 if cfg.resume else None),
         )
+
+    def _fit_to_machine(self) -> None:
+        """trainer.fit_minutes: probe this machine, print the plan, and cut the warm-up and validation where the
+        run would not fit; the run's config.yaml then holds what it runs, so a resume goes on with the same."""
+        sop = self.scenario.agent_system_prompt()
+        prompt = list(ChatTokens(self.tokenizer, sop, self.runner_cfg.sop_role).prompt_ids)
+        if fit_config(self.cfg, self.runner_cfg, probe(self.policy, self.model, prompt), len(prompt), console.print):
+            write_start_config(self.layout.path, self.cfg, environment_identity(self.user))
+            self.tc = group_config(self.cfg, "trainer")
 
     def _hf_policy(self, model, sampling) -> HFPolicy:
         return HFPolicy(
@@ -234,8 +187,8 @@ class Trainer:
                 score=self.score,
                 cache=cache,
             )
-        if isinstance(policy, HFPolicy):  # finished dialogues: their keys/values would only hold memory
-            policy.turns.clear()
+        if isinstance(policy, HFPolicy):  # finished dialogues and stale packed weights would only hold memory
+            policy.release()
         progress.remove_task(task)
         return episodes
 
@@ -264,7 +217,7 @@ class Trainer:
         reused = f" (reused from {summary['reused_from']})" if wc.reuse else ""
         console.print(
             f"warm-up{reused}: imitated {summary['imitated']}/{summary['dialogues']} reference "
-            f"dialogues (reference CR {_fmt(summary['reference_CR'])}); NLL {summary['nll_first']} "
+            f"dialogues (reference CR {fmt(summary['reference_CR'])}); NLL {summary['nll_first']} "
             f"-> {summary['nll_last']}"
         )
         self.budget.add_warmup(summary["minutes"])  # a reused warm-up counts as it did in its run
@@ -295,7 +248,7 @@ class Trainer:
             f"[bold]validation {name}[/]: "
             + ", ".join(f"{n} {with_ci(m, n)}" for n in ("CR", *user_side(m)))
             + f" (n={m['counts']['evaluated']}), "
-            f"UPA {_fmt(m['metrics']['UPA']['mean'])}, turns {_fmt(m['metrics']['ADT']['mean'])}  "
+            f"UPA {fmt(m['metrics']['UPA']['mean'])}, turns {fmt(m['metrics']['ADT']['mean'])}  "
             f"[{time.perf_counter() - t0:.0f}s]"
             + (f" (the weights' average over {a['updates']} updates)" if (a := m["at"].get("averaged")) else "")
         )
@@ -303,89 +256,14 @@ class Trainer:
             self.logger.log(self.step, {"validation": {k: v["mean"] for k, v in m["metrics"].items()}})
         return m
 
-    async def _rollouts(self, progress) -> tuple[list, dict | None, int]:
-        """The step's dialogues, the plausibility pass's counts (None where off) and the refill rounds played:
-        `profiles_per_step` profiles from the controller, and with dynamic sampling more rounds of new ones while
-        no group carries a gradient, up to `refill_rounds` (DAPO refills until its whole batch has a gradient;
-        one group is enough for an update, at a fraction of the rollouts)."""
-        u, run_seed = self.tc.update, int(self.cfg.seed)
-        eps, checked, refills = [], None, 0
-        while True:
-            profiles, counts = await training_profiles(
-                self.controller,
-                self.tc.profiles_per_step,
-                self.scenario,
-                self.plausibility,
-                run_seed=run_seed,
-                step=self.step,
-            )
-            checked = counts if checked is None else counts and {k: v + counts[k] for k, v in checked.items()}
-            jobs = rollout_jobs(
-                profiles,
-                run_seed=run_seed,
-                step=self.step,
-                group_size=self.tc.rollouts_per_profile,
-                first=refills * self.tc.profiles_per_step,
-                shared_user=self.tc.group_user == "shared",
-            )
-            label = f"step {self.step} rollouts" + (f" (refill {refills})" if refills else "")
-            log = self.layout.rollouts(self.step)
-            eps += await self._play(jobs, self.policy, log, progress, label, self.cache, fresh=not refills)
-            if not u.dynamic_sampling or refills == u.refill_rounds:
-                return eps, checked, refills
-            if groups_with_gradient(eps):
-                return eps, checked, refills
-            refills += 1
-
-    async def _reference_dialogues(self, eps, progress) -> list:
-        """The reference agent's dialogues with the users (profile and draws) of the step's dialogues `eps`: the
-        sources of `branch.source=reference` cuts. Its replies get the warm-up's room for a full tag block."""
-        jobs = [
-            EpisodeJob(e.profile, seed=e.meta["seed"], episode_id=f"{e.meta['episode_id']}-ref", group=e.meta["group"])
-            for e in eps
-        ]
-        return await self._play(
-            jobs,
-            ReferenceAgent(self.scenario, self.tokenizer),
-            self.layout.branch_sources(self.step),
-            progress,
-            f"step {self.step} reference dialogues",
-            runner_cfg=replace(self.runner_cfg, max_new_tokens=self.tc.warmup.max_new_tokens),
-        )
-
-    async def _branches(self, eps, progress) -> list:
-        """The step's branched groups (trainer.branch), cut from its own dialogues `eps` or the reference agent's
-        with the same users; [] where off."""
-        if not self.tc.branch.groups:
-            return []
-        own = self.tc.branch.source == "own"
-        jobs = branch_jobs(
-            eps if own else await self._reference_dialogues(eps, progress),
-            self.tc.branch,
-            run_seed=int(self.cfg.seed),
-            step=self.step,
-            first_group=1 + max(e.meta["group"] for e in eps),
-        )
-        if not jobs:
-            return []
-        log = self.layout.branch_rollouts(self.step)
-        return await self._play(jobs, self.policy, log, progress, f"step {self.step} branches")
-
     def _load_imitation_anchor(self) -> None:
-        """The warm-up's dialogues for `trainer.update.imitation_coef`, from the warm-up that played them (this
-        run's, or the one `trainer.warmup.reuse` names): read once, before any step, so a missing file fails early."""
-        wc = self.tc.warmup
+        """The warm-up's dialogues for `trainer.update.imitation_coef`: read once, before any step, so a missing
+        file fails early."""
         if self.tc.update.imitation_coef and self._anchor_pool is None:
-            src = WarmupFolder(Path(wc.reuse).expanduser().resolve()) if wc.reuse else self.layout.warmup
-            self._anchor_pool = imitation_anchor(src, wc.successful_only)
+            self._anchor_pool = imitation_anchor(self.tc.warmup, self.layout.warmup)
 
     def _imitation_anchor(self) -> list:
-        """This step's draw of the anchor's dialogues, as sequences ([] where off)."""
-        if not self._anchor_pool:
-            return []
-        rng = random.Random(imitation_seed(int(self.cfg.seed), self.step))
-        chosen = rng.sample(self._anchor_pool, min(self.tc.update.imitation_dialogues, len(self._anchor_pool)))
-        return [s for seqs in chosen for s in seqs]
+        return anchor_draw(self._anchor_pool, int(self.cfg.seed), self.step, self.tc.update.imitation_dialogues)
 
     async def train_step(self, progress) -> StepRecord:
         t0 = time.perf_counter()
@@ -437,7 +315,7 @@ class Trainer:
         tc = self.tc
         it, within = divmod(self.step, tc.steps_per_iteration)
         due = not within and (it % tc.validation.every == 0 or self.step == total)
-        if due and not _validated_at(self.layout, it, self.step):
+        if due and not validated_at(self.layout, it, self.step):
             await self.validate(it, progress)
 
     def _state(self) -> dict:
@@ -474,7 +352,7 @@ class Trainer:
                 self.step += 1
                 record = await (self.train_step if tc.update.policy_gradient else self.anchor_step)(progress)
                 self.logger.log(self.step, record.to_dict())
-                console.print(_summary(self.step, total, record))
+                console.print(step_line(self.step, total, record))
                 progress.advance(overall)
                 self.budget.add_step(time.perf_counter() - t0)
                 if self.step % tc.steps_per_iteration == 0:
@@ -497,49 +375,11 @@ class Trainer:
                 it = -(-self.step // tc.steps_per_iteration)
                 # e.g. inside an iteration: still measure where it ended, unless this run (or the one it
                 # resumes) already did
-                if not _validated_at(self.layout, it, self.step):
+                if not validated_at(self.layout, it, self.step):
                     await self.validate(it, progress)
         console.print(validation_table(self.layout))
         for line in changes(self.layout):
             console.print(line)
-
-
-def _validated_at(layout: RunLayout, iteration: int, step: int) -> bool:
-    path = layout.validation_metrics(iteration)
-    return path.exists() and json.loads(path.read_text())["at"]["step"] == step
-
-
-def _fmt(x) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-def _summary(step: int, total: int, r: StepRecord) -> str:
-    u, t = r.update, r.time
-    if not r.dialogues and "imitation_nll" in u:  # the anchor's control: nothing played
-        return f"step {step}/{total}  imitation NLL {u['imitation_nll']:.4f}  grad {u['grad_norm']:.3f}  " + (
-            f"update {t['update_s']:.0f}s"
-        )
-    update = (
-        "update skipped (no group with differing rewards)"
-        if "skipped" in u
-        else f"kl {u['kl']:.4f}  entropy {u['entropy']:.3f}  clip {u['clip_frac']:.3f}  grad {u['grad_norm']:.3f}"
-    )
-    return (
-        f"step {step}/{total}  reward {r.reward:.3f}  CR {_fmt(r.CR)}  "
-        + (f"ACK {_fmt(r.ACK)}  " if r.ACK is not None else "")
-        + f"turns {_fmt(r.turns)}  "
-        + (f"branches CR {_fmt(b['CR'])}  " if (b := u.get("branches")) else "")
-        + f"{update}  gen {r.gen_tokens_per_s:.1f} tok/s  "
-        f"rollout {t['rollout_s']:.0f}s"
-        + (f" (branches {t['branches_s']:.0f}s)" if "branches_s" in t else "")
-        + f" update {t['update_s']:.0f}s"
-        + (f"  | controller: {r.controller_update}" if r.controller_update else "")
-        + (
-            f"  | hack monitors flag: {', '.join(flagged)}"
-            if (flagged := (r.hack_monitors or {}).get("flagged"))
-            else ""
-        )
-    )
 
 
 def train(cfg: DictConfig) -> Path:

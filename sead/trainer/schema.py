@@ -160,6 +160,9 @@ class TrainerConfig:
     # training-time budget (warm-up + RL steps, not validation); once one RL step has been timed, none is started
     # that would overrun it; None = off
     max_minutes: float | None = number(None, gt=0)
+    # a fresh run sized to its machine (sead/trainer/plan.py): fewer warm-up dialogues and validation profiles
+    # where the run would take longer, never fewer RL steps; the plan is printed at the start. None = as set
+    fit_minutes: float | None = number(None, gt=0)
     # Validation and checkpoints' model/ are an exponential moving average of the policy's weights over RL updates,
     # this much of the average kept at each (sead/trainer/weight_average.py); rollouts sample from the live policy.
     # 0 = off: the live policy throughout. Measured (2026-11-28, d = 0.8, three run seeds): the average
@@ -186,6 +189,18 @@ class TrainerConfig:
                 field="trainer.weight_ema",
             )
         u = self.update
+        if u.imitation_coef and not (self.warmup.dialogues or self.warmup.reuse):
+            raise SEADInputError(
+                "trainer.update.imitation_coef imitates the warm-up's dialogues; this run has no warm-up "
+                "(set trainer.warmup.dialogues or trainer.warmup.reuse)",
+                field="trainer.update.imitation_coef",
+            )
+        if not (u.policy_gradient or u.imitation_coef):
+            raise SEADInputError(
+                "trainer.update.policy_gradient=false trains on the imitation anchor alone, and "
+                "trainer.update.imitation_coef is 0: nothing would train",
+                field="trainer.update.policy_gradient",
+            )
         groups = self.profiles_per_step * (1 + (u.refill_rounds if u.dynamic_sampling else 0)) + self.branch.groups
         if (self.group_user == "shared" or self.branch.groups) and groups > MAX_SEEDED_GROUPS:
             # the same stride keeps one step's group seeds apart from the next step's

@@ -107,6 +107,7 @@ class Updater:
         if not math.isfinite(norm):
             raise _non_finite("the gradient norm", self.cfg, self.temperature)
         self.opt.step()
+        self.opt.zero_grad(set_to_none=True)  # as large as the weights: not held through the rollouts that follow
         if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
             raise _non_finite("a weight after the optimiser step", self.cfg, self.temperature)
         return norm

@@ -22,7 +22,7 @@ from sead import compute
 from sead.dialogue import EpisodeJob, RolloutLog, RunnerConfig, run_batch
 from sead.dialogue.episode import Episode
 from sead.dialogue.rollout_log import read_rollouts
-from sead.dialogue.seeds import warmup_episode_seed
+from sead.dialogue.seeds import imitation_seed, warmup_episode_seed
 from sead.errors import SEADInputError
 from sead.models.loading import ModelConfig, load_model
 from sead.policy.scripted import ReferenceAgent
@@ -125,16 +125,18 @@ def agent_sequences(episode: Episode) -> list[Sequence]:
     return [Sequence(torch.tensor(s.ids), torch.tensor(s.mask), 0.0) for s in episode.segments if sum(s.mask)]
 
 
-def imitation_anchor(src: WarmupFolder, successful_only: bool) -> list[list[Sequence]]:
-    """The dialogues a warm-up in `src` imitated, each as its sequences: the imitation anchor's pool
-    (`trainer.update.imitation_coef`)."""
+def imitation_anchor(cfg: WarmupConfig, own: WarmupFolder) -> list[list[Sequence]]:
+    """The dialogues a warm-up imitated, each as its sequences: the imitation anchor's pool
+    (`trainer.update.imitation_coef`), from the warm-up that played them (the run's `own`, or the one
+    `trainer.warmup.reuse` names)."""
+    src = WarmupFolder(Path(cfg.reuse).expanduser().resolve()) if cfg.reuse else own
     if not src.dialogues.exists():
         raise SEADInputError(
             f"the imitation anchor reads the dialogues a warm-up played, and {src.dialogues} is missing (a run that "
             "reused a warm-up keeps only its model: point trainer.warmup.reuse at the run that played it)",
             field="trainer.update.imitation_coef",
         )
-    chosen = imitated([Episode.from_dict(r) for r in read_rollouts(src.dialogues)], successful_only)
+    chosen = imitated([Episode.from_dict(r) for r in read_rollouts(src.dialogues)], cfg.successful_only)
     pool = [seqs for e in chosen if (seqs := agent_sequences(e))]
     if not pool:
         raise SEADInputError(
@@ -142,6 +144,14 @@ def imitation_anchor(src: WarmupFolder, successful_only: bool) -> list[list[Sequ
             field="trainer.update.imitation_coef",
         )
     return pool
+
+
+def anchor_draw(pool: list[list[Sequence]] | None, run_seed: int, step: int, n: int) -> list[Sequence]:
+    """A step's draw of `n` of the anchor's dialogues, as sequences ([] where there is no pool)."""
+    if not pool:
+        return []
+    chosen = random.Random(imitation_seed(run_seed, step)).sample(pool, min(n, len(pool)))
+    return [s for seqs in chosen for s in seqs]
 
 
 def _imitate(
@@ -160,10 +170,10 @@ def _imitate(
             if deadline is not None and time.perf_counter() >= deadline:
                 break
             batch = seqs[i : i + cfg.micro_batch]
+            opt.zero_grad(set_to_none=True)  # before the forward: the last step's gradients would sit beside it
             with autocast():
                 logps = masked_logprobs(model, batch, temperature=1.0).logps
             loss = -torch.cat(logps).mean()
-            opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
