@@ -174,16 +174,17 @@ def test_metrics_lines_are_strict_json(tmp_path):
 
 
 def hold_lock(run: Path) -> subprocess.Popen:
-    """Another process holding the run directory, as a second `sead train` would (its PID replaces what an earlier
-    run wrote: a PID that is a prefix of the earlier one would otherwise read as that one)."""
+    """Another process holding the run directory, as a second `sead train` would: an flock on the folder, its PID
+    in .lock (replacing what an earlier run wrote: a PID that is a prefix of the earlier one would otherwise read as
+    that one)."""
     code = (
-        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-        "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode()); "
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); open(os.path.join(sys.argv[1], '.lock'), 'w').write(str(os.getpid())); "
         "print('held', flush=True); "
         "time.sleep(600)"
     )
     run.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", code, str(RunLayout(run).lock)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -201,7 +202,7 @@ def test_one_writer_per_run_directory_and_a_stale_lock_blocks_nothing(run, capsy
         holder.wait()
     assert RunLayout(run).lock.read_text().strip() == str(holder.pid)
     assert main(["train", *TINY, f"run_dir={run}", "resume=true"]) == 0
-    fd = os.open(RunLayout(run).lock, os.O_RDWR)  # and the finished run released it
+    fd = os.open(run, os.O_RDONLY)  # and the finished run released it
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.close(fd)
 

@@ -27,6 +27,7 @@ from sead.config import RETIRED
 from sead.errors import SEADInputError
 from sead.run.atomic import write_text_atomic
 from sead.run.layout import RunLayout, resume_records
+from sead.run.lock import run_dir_path
 from sead.usersim.base import comparable_environment
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def with_saved_settings(cfg: DictConfig, defaults: DictConfig, overrides: Sequen
     the run's newest config file, so `run_dir=R resume=true` is enough. A key counts as set when the command
     line names it or when it differs from `defaults` (a config group such as `preset=cpu` sets many); those
     keep the command line's value, for `resume_config` to accept or refuse."""
-    run_dir = Path(str(cfg.run_dir)).resolve()
+    run_dir = run_dir_path(cfg.run_dir)
     saved_path = config_in_effect(run_dir, step=2**62)
     if not saved_path.is_file():
         return cfg  # no run here: start_or_resume says so

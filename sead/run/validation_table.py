@@ -4,9 +4,11 @@ iteration), CR and the user-side measures with their 95% CIs, so a run says itse
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rich.table import Table
 
+from sead.errors import SEADInputError
 from sead.metrics import wilson_interval
 from sead.run.layout import BASE_MODEL, RunLayout
 
@@ -51,7 +53,23 @@ def validations(layout: RunLayout) -> dict[int | str, dict]:
     """Every validation on disk, in order: the base model's first, where there is one."""
     points = [BASE_MODEL] if layout.validation_metrics(BASE_MODEL).exists() else []
     points += layout.validated_iterations()
-    return {p: json.loads(layout.validation_metrics(p).read_text()) for p in points}
+    return {p: read_validation(layout.validation_metrics(p)) for p in points}
+
+
+def read_validation(path: Path) -> dict:
+    """A validation's metrics file; one that does not read as one (cut short, edited) raises naming it."""
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+        int(m["at"]["step"])
+        if not (isinstance(m["counts"], dict) and isinstance(m["metrics"], dict)):
+            raise TypeError("its counts and metrics are not objects")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise SEADInputError(
+            f"not a readable validation result ({type(e).__name__}: {e}); restore it, or delete it (that point then "
+            "drops out of the run's validation table)",
+            path=path,
+        ) from None
+    return m
 
 
 def _shown(results: dict) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import random
 import time
 from dataclasses import replace
@@ -29,14 +28,14 @@ from sead.policy.scripted import ReferenceAgent
 from sead.progress import progress_bar
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.layout import BASE_MODEL, CheckpointFolder, RunLayout, WarmupFolder
-from sead.run.lock import run_dir_lock
+from sead.run.lock import run_dir_lock, run_dir_path
 from sead.run.machine import record_machine
 from sead.run.metrics_log import MetricsLogger
 from sead.run.paired import validation_jobs
 from sead.run.scoring import EpisodeScorer
 from sead.run.start import start_or_resume
 from sead.run.steps import StepRecord, finish_step, unplayed_step, write_controller_state, write_validation_metrics
-from sead.run.validation_table import changes, user_side, validation_table, with_ci
+from sead.run.validation_table import changes, read_validation, user_side, validation_table, with_ci
 from sead.scenario.profiles import Profile
 from sead.trainer import lora
 from sead.trainer.branching import branch_jobs
@@ -127,7 +126,7 @@ class Trainer:
         asyncio.run(self.user.check_health())  # a dead simulator fails here, not after minutes of loading
         asyncio.run(check_endpoint(self.plausibility))
         self.score = EpisodeScorer.for_run(cfg, self.scenario)
-        self.layout = RunLayout(Path(str(cfg.run_dir)).resolve())
+        self.layout = RunLayout(run_dir_path(cfg.run_dir))
         start = start_or_resume(self.layout.path, cfg, environment_identity(self.user))
         console.print(f"run directory: {self.layout.path}")
         self.model, self.ref, self.tokenizer, label = build_models(
@@ -506,7 +505,7 @@ class Trainer:
 
 def _validated_at(layout: RunLayout, iteration: int, step: int) -> bool:
     path = layout.validation_metrics(iteration)
-    return path.exists() and json.loads(path.read_text())["at"]["step"] == step
+    return path.exists() and read_validation(path)["at"]["step"] == step
 
 
 def _fmt(x) -> str:
@@ -544,5 +543,5 @@ def _summary(step: int, total: int, r: StepRecord) -> str:
 
 def train(cfg: DictConfig) -> Path:
     host_memory.keep_freed_memory()  # each micro-batch's activations reuse the last one's pages
-    with run_dir_lock(Path(str(cfg.run_dir)).resolve()):
+    with run_dir_lock(run_dir_path(cfg.run_dir)):
         return compute.serve(Trainer(cfg).run())  # the tensor work on this thread, the loop beside it
