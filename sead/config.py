@@ -51,23 +51,24 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "sead") -> Dic
     if cfg.get("resume") and config_name == "sead":
         from sead.run.frozen_config import with_saved_settings
 
-        # A preset (a group that sets keys all over the config) is the base the run's values are read against;
-        # a group with a section of its own (`usersim=openai`) sets that whole section.
-        base = [o for o in overrides if _group_choice(o) and _group_choice(o) not in cfg]
-        cfg = with_saved_settings(cfg, load_config(base), overrides)
+        # Against the defaults: a preset or group named on a resume sets what it changes, like a key=value does,
+        # and the resume accepts or refuses that change; it is never dropped for the run's own values unsaid.
+        cfg = with_saved_settings(cfg, load_config([]), overrides)
     return cfg
 
 
-def _group_choice(override: str) -> str | None:
-    """The group of `preset=cpu` or `usersim=openai` (a folder of configs), or None for a value override."""
-    key = override.lstrip("+~").split("=", 1)[0]
-    return key if "." not in key and (config_dir() / key).is_dir() else None
+MAX_SEED = 2**31 - 1  # a seed a user sets; the seeds derived from it (sead.dialogue.seeds) stay within 64 bits
+# The temperatures sampling takes besides 0 (greedy): logits are divided by it, and past these bounds the division
+# overflows (1e-9) or flattens every distribution to noise (inf).
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 10.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Domain:
     """The values a config field accepts. None (an optional field switched off) always passes; a list field's
-    items and a dict field's values are checked one by one."""
+    items and a dict field's values are checked one by one. Every numeric field has an upper bound as well as a
+    lower one: a finite but absurd value (an lr of 1e30) fails at load, not as weights of 1e30 saved with exit 0.
+    `also`: single values accepted outside the range (a temperature of 0, greedy, below the least sampled one)."""
 
     ge: float | None = None
     gt: float | None = None

@@ -276,14 +276,18 @@ def test_a_torn_simulator_record_is_named_and_a_run_without_one_gets_one_at_its_
     assert json.loads(layout.resume_usersim(2).read_text()) == environment
 
 
-def test_a_resume_needs_only_the_run_dir(run):
-    """Started with a preset and overrides, `run_dir=R resume=true` continues under the run's own settings,
-    also when the CPU scripts add preset=cpu of their own."""
+def test_a_resume_needs_only_the_run_dir_and_a_preset_named_on_it_is_a_change(run, capsys):
+    """Started with a preset and overrides, `run_dir=R resume=true` continues under the run's own settings. A preset
+    named on the resume sets what it changes, which the resume refuses like any change of a setting, naming it
+    (it was once dropped for the run's own values without a word)."""
     before = RunLayout(run).config.read_text()
-    for extra in ([], ["preset=cpu"]):
-        cfg = load_config([f"run_dir={run}", "resume=true", *extra])
-        assert cfg.model.preset == "tiny" and cfg.trainer["update"].entropy_coef == 0.05
-        assert cfg.trainer.iterations == 1 and str(cfg.run_dir) == str(run)
+    cfg = load_config([f"run_dir={run}", "resume=true"])
+    assert cfg.model.preset == "tiny" and cfg.trainer["update"].entropy_coef == 0.05
+    assert cfg.trainer.iterations == 1 and str(cfg.run_dir) == str(run)
+    assert load_config([f"run_dir={run}", "resume=true", "preset=cpu"]).dialogue.max_turns == 4
+    assert main(["train", f"run_dir={run}", "resume=true", "preset=cpu"]) == 2
+    out = capsys.readouterr().out
+    assert "dialogue.max_turns 2 -> 4" in out and "resume_allow_changes" in out
     assert RunLayout(run).config.read_text() == before
 
 

@@ -141,3 +141,18 @@ def test_deleting_the_lock_file_lets_no_second_writer_in(tmp_path):
                 pass
     with folder_lock(folder):  # released once its holder is done
         assert (folder / ".lock").read_text().strip() == str(os.getpid())
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ("trainer.lora.enabled=true", "trainer.lora.enabled False -> True"),  # once a traceback: no adapter to load
+        ("trainer.update.estimator=ppo", "trainer.update.estimator 'grpo' -> 'ppo'"),  # no value head in it
+    ],
+)
+def test_a_resume_cannot_change_what_its_checkpoint_was_made_under(run, capsys, change, named):
+    before = sorted(p.name for p in run.iterdir())
+    assert main(["train", f"run_dir={run}", "resume=true", "resume_allow_changes=true", change]) == 2
+    out = capsys.readouterr().out
+    assert f"cannot change {named}, even with resume_allow_changes=true" in out and "model.path=" in out
+    assert sorted(p.name for p in run.iterdir()) == before

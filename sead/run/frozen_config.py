@@ -2,7 +2,9 @@
 model, another scenario) would continue from weights and controller state made under the old ones, and the
 config on file would no longer say what produced the results. So a resume compares its resolved config with the
 one in effect at the checkpoint and refuses any difference in a run-defining key, naming the keys, unless
-`resume_allow_changes=true`; then the new config is kept beside the old one and the change is logged.
+`resume_allow_changes=true`; then the new config is kept beside the old one and the change is logged. What the
+checkpoint's state is shaped by (SHAPED_BY: LoRA settings, the estimator, the model preset, the backend) cannot
+change at all.
 
 config.yaml is always the config the run started with; config.resume_NNNNNN.yaml is the one a resume from step
 NNNNNN ran with, written whenever it differs, so each step's settings stay on record.
@@ -38,6 +40,10 @@ INVOCATION = ("resume", "resume_allow_changes", "run_dir")
 # time budget), how often it saves, where numbers are logged, and sections `sead train` does not read. Changes
 # are recorded in config.resume_NNNNNN.yaml but need no permission.
 MAY_CHANGE = ("trainer.iterations", "trainer.max_minutes", "trainer.save_every", "trainer.logging", "eval", "profiles")
+# What the checkpoint's own state is shaped by (the model it was made from, LoRA adapters, the optimiser's state and
+# PPO's value head, which backend wrote it): no resume can change these, resume_allow_changes or not. (model.path
+# may change with permission: a base model moved to another folder.)
+SHAPED_BY = ("backend", "model.preset", "trainer.lora", "trainer.update.estimator")
 SHOWN = 12  # differing keys named in the refusal; a forgotten preset changes dozens
 
 
@@ -163,6 +169,15 @@ def resume_config(run_dir: Path, cfg: DictConfig, step: int, environment: dict) 
     changes = changed_settings(saved, OmegaConf.to_container(cfg))
     user_changes = environment_changes(saved_environment, environment)
     defining = {k: v for k, v in changes.items() if not under(k, MAY_CHANGE)} | user_changes
+    shaping = {k: v for k, v in changes.items() if under(k, SHAPED_BY)}
+    if shaping:
+        raise SEADInputError(
+            f"resume=true cannot change {describe_changes(shaping)}, even with resume_allow_changes=true: the "
+            "checkpoint's weights, adapters and optimiser state were made under them. Resume with the run's own "
+            "values, or start a new run in another run_dir from this one's weights (model.preset=path "
+            "model.path=RUN_DIR/checkpoints/step_NNNNNN/model)",
+            path=saved_path,
+        )
     if defining and not cfg.get("resume_allow_changes", False):
         raise SEADInputError(
             f"resume=true with settings that define the run changed: {describe_changes(defining)}. Resume with the "
