@@ -75,6 +75,7 @@ class Domain:
     le: float | None = None
     lt: float | None = None
     choices: tuple[str, ...] = ()
+    also: tuple[float, ...] = ()
 
     def problem(self, value: Any) -> str | None:
         bounds = [
@@ -85,14 +86,15 @@ class Domain:
         ]
         items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
         for v in items:
-            if v is None:
+            if v is None or v in self.also:
                 continue
             if self.choices and v not in self.choices:
                 return f"must be one of {', '.join(self.choices)}, got {v!r}"
             # "not inside" rather than "outside": NaN compares false to everything and is refused too
             if any(bound is not None and not op(v, bound) for _, bound, op in bounds):
                 wanted = " and ".join(f"{sign} {bound:g}" for sign, bound, _ in bounds if bound is not None)
-                return f"must be {wanted}, got {v}"
+                besides = f" (or {', '.join(f'{a:g}' for a in self.also)})" if self.also else ""
+                return f"must be {wanted}{besides}, got {v}"
         return None
 
 
@@ -104,11 +106,12 @@ def number(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
+    also: tuple[float, ...] = (),
 ):
-    """A numeric config field with its domain, e.g. `max_batch: int = number(8, ge=1)`; `to_schema` checks it."""
-    return dataclasses.field(
-        default=default, default_factory=default_factory, metadata={"domain": Domain(ge=ge, gt=gt, le=le, lt=lt)}
-    )
+    """A numeric config field with its domain, e.g. `max_batch: int = number(8, ge=1, le=65536)`; `to_schema`
+    checks it."""
+    domain = Domain(ge=ge, gt=gt, le=le, lt=lt, also=also)
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"domain": domain})
 
 
 def one_of(*choices: str):
@@ -124,22 +127,24 @@ def to_schema(cls, node: Any, field: str):
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or ""
         raise SEADInputError(str(e).splitlines()[0], field=_join(field, key) or None) from None
-    obj = OmegaConf.to_object(merged)
-    _check_domains(obj, field)
-    return obj
+    _check_domains(merged, field)  # before the dataclasses' own checks, which compare fields already in range
+    return OmegaConf.to_object(merged)
 
 
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix and key else prefix or key
 
 
-def _check_domains(obj, prefix: str) -> None:
-    for f in dataclasses.fields(obj):
-        value, name = getattr(obj, f.name), _join(prefix, f.name)
-        if dataclasses.is_dataclass(value):
+def _check_domains(node: DictConfig, prefix: str) -> None:
+    """Every field of a structured config node (a dataclass schema merged with the config) against its domain."""
+    for f in dataclasses.fields(OmegaConf.get_type(node)):
+        value, name = node[f.name], _join(prefix, f.name)
+        if isinstance(value, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(value)):
             _check_domains(value, name)
-        elif "domain" in f.metadata and (problem := f.metadata["domain"].problem(value)):
-            raise SEADInputError(problem, field=name)
+        elif "domain" in f.metadata:
+            plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+            if problem := f.metadata["domain"].problem(plain):
+                raise SEADInputError(problem, field=name)
 
 
 # The config groups that have a dataclass schema. Imported when used: some schemas' modules pull in torch.
@@ -166,7 +171,7 @@ def group_config(cfg: DictConfig, group: str):
 
 @dataclasses.dataclass
 class ProfilesConfig:
-    n: int = number(100, ge=1)  # `sead profiles sample`
+    n: int = number(100, ge=1, le=10_000_000)  # `sead profiles sample`
     out: str = "outputs/profiles.jsonl"
 
 
@@ -174,7 +179,7 @@ class ProfilesConfig:
 class TopLevelConfig:
     """The keys of configs/sead.yaml outside the groups; the groups (Any here) are checked by their own schemas."""
 
-    seed: int = number(0, ge=0)
+    seed: int = number(0, ge=0, le=MAX_SEED)
     backend: str = one_of("embedded", "verl")
     run_dir: str = "outputs/runs/${now:%Y%m%d-%H%M%S}"
     resume: bool = False
@@ -221,9 +226,9 @@ class PlausibilityConfig:
     base_url: str = "http://127.0.0.1:8000/v1"  # an OpenAI-compatible endpoint
     model: str = "Qwen/Qwen2.5-14B-Instruct"
     api_key: str = "EMPTY"
-    timeout: float = number(60.0, gt=0)  # seconds per call
-    candidates: int = number(30, ge=1)  # library entries offered as replacements per profile
-    concurrency: int = number(8, ge=1)  # calls in flight at once
+    timeout: float = number(60.0, gt=0, le=3600)  # seconds per call
+    candidates: int = number(30, ge=1, le=10_000)  # library entries offered as replacements per profile
+    concurrency: int = number(8, ge=1, le=10_000)  # calls in flight at once
 
 
 @dataclasses.dataclass
@@ -232,9 +237,10 @@ class ControllerConfig:
     target: float = number(0.5, ge=0, le=1)  # a completion rate
     band: float = number(0.1, ge=0, le=1)
     eps: float = number(0.05, gt=0, le=1)  # floor of weights that are then normalised: at 0 all could vanish
-    min_count: int = number(1, ge=1)
-    window: int = number(1, ge=1)  # updates whose dialogues the rule reads (this one and window - 1 before it)
-    concern_focus: float = number(0.0, ge=0)  # sead.controller.concern_focus: 0 draws behaviours uniformly
+    min_count: int = number(1, ge=1, le=1_000_000)
+    # updates whose dialogues the rule reads (this one and window - 1 before it)
+    window: int = number(1, ge=1, le=1_000_000)
+    concern_focus: float = number(0.0, ge=0, le=100)  # sead.controller.concern_focus: 0 draws behaviours uniformly
     marginals: Any = None
     plausibility: PlausibilityConfig = dataclasses.field(default_factory=PlausibilityConfig)
 

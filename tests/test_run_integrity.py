@@ -111,10 +111,24 @@ def test_resume_over_garbage_weights_falls_back_and_trains_on_sound_weights(run,
     assert all(torch.isfinite(t).all() for t in weights.values())
 
 
-def test_a_diverging_update_stops_the_run_before_a_checkpoint_or_a_nan_is_written(tmp_path, capsys):
-    # lr 3e37: AdamW's first step moves every weight by about 3e37, and the next forward pass overflows
+def test_a_diverging_update_stops_the_run_before_a_checkpoint_or_a_nan_is_written(tmp_path, capsys, monkeypatch):
+    # the second optimiser step diverges, every weight overflowing as under an lr far too high (a finite lr that
+    # high, once 3e37 here, is now refused at load)
+    step, calls = torch.optim.AdamW.step, []
+
+    def diverging(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
+        calls.append(self)
+        if len(calls) == 2:
+            with torch.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        p.mul_(float("inf"))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", diverging)
     run = tmp_path / "run"
-    assert main(["train", *TINY, "trainer.update.lr=3e37", f"run_dir={run}"]) == 2
+    assert main(["train", *TINY, f"run_dir={run}"]) == 2
     out = capsys.readouterr().out
     assert "[trainer.update.lr]" in out and "is not finite; the run stops" in out
     layout = RunLayout(run)
@@ -125,15 +139,20 @@ def test_a_diverging_update_stops_the_run_before_a_checkpoint_or_a_nan_is_writte
     # the setting behind the original report: greedy training rollouts made the update divide the logits by 0;
     # now refused at load, before a folder exists
     assert main(["train", *TINY, "trainer.sampling.temperature=0", f"run_dir={tmp_path / 'zero'}"]) == 2
-    assert "[trainer.sampling.temperature]: must be > 0, got 0" in capsys.readouterr().out
+    assert "[trainer.sampling.temperature]: must be >= 0.01 and <= 10, got 0" in capsys.readouterr().out
     assert not (tmp_path / "zero").exists()
 
 
 @pytest.mark.parametrize(
-    "fault,message",
-    [("nan weight", "the loss is not finite"), ("infinite lr", "a weight after the optimiser step is not finite")],
+    "fault,message,field",
+    [
+        ("nan weight", "the loss is not finite", "trainer.update.lr"),
+        ("infinite lr", "a weight after the optimiser step is not finite", "trainer.update.lr"),
+        # set in code, past the config's ranges: the error names the setting that is not finite, not the lr
+        ("infinite weight decay", "a weight after the optimiser step is not finite", "trainer.update.weight_decay"),
+    ],
 )
-def test_the_update_step_refuses_non_finite_numbers(fault, message, tiny):
+def test_the_update_step_refuses_non_finite_numbers(fault, message, field, tiny):
     import copy
 
     from sead.trainer.estimators import Sequence
@@ -148,15 +167,16 @@ def test_the_update_step_refuses_non_finite_numbers(fault, message, tiny):
     )
     mask = torch.zeros_like(ids)
     mask[-4:] = 1
-    updater = Updater(model, None, UpdateConfig(lr=1e-2, kl_coef=0.0), temperature=1.0)
+    decay = float("inf") if fault == "infinite weight decay" else 0.0
+    updater = Updater(model, None, UpdateConfig(lr=1e-2, kl_coef=0.0, weight_decay=decay), temperature=1.0)
     if fault == "nan weight":
         model.model.norm.weight.data[0] = float("nan")
-    else:
+    elif fault == "infinite lr":
         updater.opt.param_groups[0]["lr"] = float("inf")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(SEADInputError, match=message) as e:
         updater.step([Sequence(ids, mask, 1.0)])
-    assert e.value.field == "trainer.update.lr"
+    assert e.value.field == field and "weight_decay=" in e.value.detail
     if fault == "nan weight":  # caught before the optimiser step: the weights are as they were
         for k, v in model.state_dict().items():
             torch.testing.assert_close(v, before[k], rtol=0, atol=0, equal_nan=True)

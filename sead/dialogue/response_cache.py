@@ -27,9 +27,9 @@ class ResponseCacheConfig:
     enabled: bool = False
     # chance of replaying a cached reply, per SOP stage the agent declares; a stage not listed is never replayed
     hit_rates: dict[int, float] = number(default_factory=lambda: {0: 0.9, 1: 0.5, 2: 0.2, 3: 0.0}, ge=0, le=1)
-    min_entries: int = number(10, ge=1)  # replies a stage must hold before it is replayed from
-    max_per_stage: int = number(500, ge=1)  # then the oldest is evicted
-    min_chars: int = number(10, ge=0)  # shorter replies are not stored
+    min_entries: int = number(10, ge=1, le=1_000_000)  # replies a stage must hold before it is replayed from
+    max_per_stage: int = number(500, ge=1, le=10_000_000)  # then the oldest is evicted
+    min_chars: int = number(10, ge=0, le=1_000_000)  # shorter replies are not stored
     path: str | None = None  # None: the run directory's response_cache.jsonl
 
 

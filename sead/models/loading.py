@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sead.config import number, one_of
+from sead.config import MAX_SEED, number, one_of
 from sead.errors import SEADInputError
 
 
@@ -16,12 +16,12 @@ class ModelConfig:
     dtype: str = one_of("auto", "float32", "bfloat16", "float16")  # auto: bf16 where native (sead.models.precision)
     device: str = "cpu"  # a torch device: cpu, cuda, cuda:1, ...
     # tiny preset: a random Llama with the SmolLM2 tokenizer, for fast tests
-    hidden: int = number(64, ge=1)
-    layers: int = number(2, ge=1)
-    heads: int = number(4, ge=1)
-    kv_heads: int = number(2, ge=1)
-    intermediate: int = number(128, ge=1)
-    init_seed: int = number(0, ge=0)
+    hidden: int = number(64, ge=1, le=65_536)
+    layers: int = number(2, ge=1, le=1024)
+    heads: int = number(4, ge=1, le=1024)
+    kv_heads: int = number(2, ge=1, le=1024)
+    intermediate: int = number(128, ge=1, le=262_144)
+    init_seed: int = number(0, ge=0, le=MAX_SEED)
 
     def at(self, folder: str | Path) -> ModelConfig:
         """The same dtype and device, loading a saved HF folder (a warm-up's or a checkpoint's model/)."""

@@ -17,8 +17,8 @@ from sead.config import number
 @dataclass
 class LoraSettings:
     enabled: bool = False
-    r: int = number(16, ge=1)
-    alpha: int = number(32, ge=1)
+    r: int = number(16, ge=1, le=4096)
+    alpha: int = number(32, ge=1, le=65_536)
     dropout: float = number(0.0, ge=0, lt=1)
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -25,25 +25,28 @@ PLUGIN_MODULE = "sead.verl_backend.plugin"
 
 @dataclass
 class VerlSettings:
-    nnodes: int = number(1, ge=1)
-    n_gpus_per_node: int = number(8, ge=1)  # training GPUs per node; GPUs serving the user simulator are not counted
-    usersim_gpus: list[int] = number(default_factory=list, ge=0)  # scripts/main.sh serves the user simulator here
+    nnodes: int = number(1, ge=1, le=10_000)
+    # training GPUs per node; GPUs serving the user simulator are not counted
+    n_gpus_per_node: int = number(8, ge=1, le=1024)
+    # scripts/main.sh serves the user simulator here
+    usersim_gpus: list[int] = number(default_factory=list, ge=0, le=1023)
     usersim_port: int = number(8000, ge=1, le=65535)
     usersim_model: str = ""  # what scripts/main.sh serves there (becomes usersim.model)
     usersim_gpu_memory: float = number(0.85, gt=0, le=1)  # vLLM memory fraction of each user-simulator instance
     rollout_engine: str = one_of("vllm", "sglang")
-    tensor_parallel: int = number(1, ge=1)  # rollout tensor parallelism
+    tensor_parallel: int = number(1, ge=1, le=1024)  # rollout tensor parallelism
     gpu_memory_utilization: float = number(0.5, gt=0, le=1)
-    max_prompt_length: int = number(2048, ge=1)  # the SOP prompt must fit
-    max_response_length: int = number(9216, ge=1)  # everything after the prompt: all agent and user turns
-    micro_batch_per_gpu: int = number(1, ge=1)
+    max_prompt_length: int = number(2048, ge=1, le=10_000_000)  # the SOP prompt must fit
+    # everything after the prompt: all agent and user turns
+    max_response_length: int = number(9216, ge=1, le=10_000_000)
+    micro_batch_per_gpu: int = number(1, ge=1, le=65_536)
     use_dynamic_bsz: bool = True
-    max_token_len_per_gpu: int = number(16384, ge=1)
+    max_token_len_per_gpu: int = number(16384, ge=1, le=100_000_000)
     param_offload: bool = False
     optimizer_offload: bool = False
     gradient_checkpointing: bool = True
-    agent_workers: int = number(8, ge=1)  # agent-loop Ray actors
-    reward_workers: int = number(2, ge=1)  # reward Ray actors (the rule-based reward is cheap)
+    agent_workers: int = number(8, ge=1, le=10_000)  # agent-loop Ray actors
+    reward_workers: int = number(2, ge=1, le=10_000)  # reward Ray actors (the rule-based reward is cheap)
     logger: list[str] = field(default_factory=lambda: ["console", "file"])
     overrides: list[str] = field(default_factory=list)
 
