@@ -228,3 +228,23 @@ def test_checking_a_config_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("usersim.timeout=0", "[usersim.timeout]: must be > 0 and <= 3600, got 0"),
+        ("usersim.timeout=inf", "[usersim.timeout]: must be > 0 and <= 3600, got inf"),
+        ("usersim.max_tokens=0", "[usersim.max_tokens]: must be >= 1 and <= 1e+06, got 0"),
+        ("usersim.max_tokens=many", "[usersim.max_tokens]: must be a number, got 'many'"),
+        ("usersim.temperature=1e-9", "[usersim.temperature]: must be >= 0.01 and <= 10 (or 0), got 1e-09"),
+    ],
+)
+def test_the_simulators_numbers_are_checked_when_it_is_built(override, message):
+    """usersim.* are a simulator's constructor arguments, with no schema of their own: it checks them itself."""
+    from sead.config import build_scenario, build_usersim
+
+    cfg = load_config(["usersim=openai", override])
+    with pytest.raises(SEADInputError) as e:
+        build_usersim(cfg, build_scenario(cfg))
+    assert str(e.value) == message

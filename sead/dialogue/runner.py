@@ -62,6 +62,15 @@ def user_message_for_agent(turn: UserTurn, agent_sees: str) -> str:
     return reply
 
 
+def retry_wait(cfg: RunnerConfig, attempt: int, error: Exception | None) -> float:
+    """Seconds before attempt `attempt` (1: the first retry): the exponential backoff, or the wait the simulator
+    asked for (a rate limit's Retry-After) where that is longer, up to dialogue.user_timeout: a burst of 429s then
+    waits out the limit instead of using up every retry within a second."""
+    backoff = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
+    asked = getattr(error, "retry_after", None)
+    return backoff if asked is None else max(backoff, min(asked, cfg.user_timeout))
+
+
 async def ask_user(
     user: UserSimulator,
     scenario: Scenario,
@@ -76,7 +85,7 @@ async def ask_user(
     last: Exception | None = None
     for attempt in range(cfg.user_retries + 1):
         if attempt:
-            await asyncio.sleep(min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1)))
+            await asyncio.sleep(retry_wait(cfg, attempt, last))
         try:
             # asyncio.timeout, not wait_for: no extra task per call, which hundreds of dialogues in flight pay for;
             # and none at all over a simulator whose own deadline comes first.
