@@ -68,6 +68,8 @@ def start_or_resume(run_dir: Path, cfg: DictConfig, environment: dict) -> RunSta
 
 def _take_for_a_new_run(layout: RunLayout) -> None:
     """Refuse a folder that holds a run or files that are no run's; clear what a failed start left."""
+    if not layout.path.exists():
+        return
     held = results(layout)
     if held:  # its metrics, rollouts and checkpoints would mix with this run's
         raise SEADInputError(
