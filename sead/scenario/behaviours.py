@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sead.errors import SEADInputError, jsonl_records, read_user_text
+from sead.scenario.template import refuse_control_tokens
 
 _ORIGINAL_KEY = "User_Persona_Classification"
 # The original prefixed categories with an index ("3. Rule_Understanding"); the index carries no meaning.
@@ -77,6 +78,7 @@ class BehaviourLibrary:
 def _clean(value, *, path, line, field) -> str:
     if not isinstance(value, str) or not value.strip():
         raise SEADInputError("empty or non-text value", path=path, line=line, field=field)
+    refuse_control_tokens(value, path=path, line=line, field=field)
     return " ".join(value.split())
 
 
