@@ -22,8 +22,9 @@ Per-dialogue values (None = the metric does not apply to that dialogue):
       a concern open when the call ended (an unanswered question, against a stage that did not land), and what
       they were lost to: what the user objected to in its last turn ("same thing again", "they dodged my
       question", ...), or how the call ended when it reported no objection (a turn limit).
-Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n (for a rate, `wilson_interval` gives the
-score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that
+Each aggregate has mean, sample std, a 95% CI and n: for a rate of 0/1 outcomes (CR, FPR, SCR) the Wilson score
+interval (`wilson_interval`), which unlike a bootstrap does not collapse to a point at 0 or n successes (0 of 4
+completed is 0.00-0.49, not 0.00-0.00); for the other metrics a seeded percentile bootstrap. Dialogues that
 ended by a simulator error are counted apart and excluded from every metric: they say nothing about the agent.
 
 Hack monitors (`HackMonitor`, for scenarios with a rules file) read the agent's replies the way the scripted user
@@ -78,6 +79,7 @@ from sead.usersim.rules_file import scenario_rules
 from sead.usersim.word_order import KnownLine, scrambled
 
 STATE_CHANGE_METRICS = {"EI": "emotion", "TI": "trust", "CI": "cooperation"}
+RATES = ("CR", "FPR", "SCR")  # per-dialogue 0/1 outcomes: their CI is Wilson's
 TOKEN_COMPONENTS = ("agent", "user")
 # Half the replies ignoring what the user raised, or half the stage tags claimed without the words: a policy that
 # talks past its users or games the tags.
@@ -247,12 +249,15 @@ def state_change(ep: Episode, dim: str) -> float | None:
     return float(reports[-1] - reports[0]) if len(reports) >= 2 else None
 
 
-def summarise(values: Iterable[float | None], *, seed: int = 0, resamples: int = 2000) -> dict:
-    """Mean, sample std, 95% percentile-bootstrap CI and count, ignoring None."""
+def summarise(values: Iterable[float | None], *, seed: int = 0, resamples: int = 2000, rate: bool = False) -> dict:
+    """Mean, sample std, 95% CI and count, ignoring None. The CI is a seeded percentile bootstrap's, or with
+    `rate` (values are 0/1 outcomes) Wilson's."""
     x = np.array([v for v in values if v is not None], dtype=float)
     if x.size == 0:
         return {"mean": None, "std": None, "ci95": [None, None], "n": 0}
     std = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    if rate:
+        return {"mean": float(x.mean()), "std": std, "ci95": wilson_interval(int(x.sum()), x.size), "n": int(x.size)}
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     lo, hi = np.percentile(means, [2.5, 97.5])
@@ -266,7 +271,8 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> list[float]:
     p, z2 = successes / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return [max(0.0, centre - half), min(1.0, centre + half)]
+    # the interval holds the rate; at 0 or n of n rounding could leave it a hair outside (a negative error bar)
+    return [min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))]
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:
@@ -433,7 +439,7 @@ def compute_metrics(
             "failed": sum(not e.success for e in valid),
             "sim_error": len(episodes) - len(valid),
         },
-        "metrics": {name: summarise(vals, seed=seed) for name, vals in per_dialogue.items()},
+        "metrics": {name: summarise(vals, seed=seed, rate=name in RATES) for name, vals in per_dialogue.items()},
         "end_reasons": _count(e.end_reason for e in episodes),
         "funnel": funnel(valid) if reporting else None,
         "tokens": tokens,

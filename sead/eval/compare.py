@@ -92,7 +92,7 @@ def write_comparison(out_dir: Path, named_results: Sequence[tuple[str, dict]]) -
     if concerns:  # results of simulators that report concerns, written since sead.metrics.concerns_by_kind
         tables.append(concerns)
     hashes = sorted({r["settings"]["testset"]["hash"] for _, r in named_results})
-    note = f"test set {', '.join(hashes)}; mean±std; CR CI: 95% bootstrap; cost per the configured prices"
+    note = f"test set {', '.join(hashes)}; mean±std; CR CI: 95% Wilson; cost per the configured prices"
     md = markdown_table(HEADERS, tables[0]["rows"]) + [f"\n{note}"]
     for t in tables[1:]:
         md += [f"\n{t['caption']}\n", *markdown_table(t["headers"], t["rows"])]

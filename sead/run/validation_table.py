@@ -17,7 +17,8 @@ USER_SIDE = ("ACK", "CAR")  # sead.metrics: stages the user acknowledged, concer
 
 def interval(m: dict, name: str) -> tuple[float | None, float | None]:
     """95% CI of metric `name` in compute_metrics output `m`: Wilson's for CR (a rate: a bootstrap collapses to a
-    point at 0 or n of n), the bootstrap's for the others."""
+    point at 0 or n of n; recomputed from the counts, as files written before compute_metrics gave it hold the
+    bootstrap's), the file's own for the others."""
     c = m["counts"]
     if name == "CR" and c["evaluated"]:
         return tuple(wilson_interval(c["completed"], c["evaluated"]))
