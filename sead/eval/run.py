@@ -108,6 +108,11 @@ def _read_settings(path: Path) -> dict:
         ) from None
 
 
+def eval_folder(ec: EvalConfig, spec: ModelSpec) -> Path:
+    """Where one model's evaluation is written: eval.out_dir/<the model's name>."""
+    return Path(ec.out_dir).expanduser().absolute() / spec.name
+
+
 def evaluate(
     ec: EvalConfig,
     spec: ModelSpec,
@@ -119,7 +124,7 @@ def evaluate(
 ) -> tuple[Path, list[Episode], dict]:
     """(output folder, episodes in test-set order, run info)."""
     runner = replace(runner, max_new_tokens=ec.max_new_tokens, max_turns=ec.max_turns or runner.max_turns)
-    out = Path(ec.out_dir) / spec.name
+    out = eval_folder(ec, spec)
     settings = frozen_settings(ec, spec, agent, user, testset, runner, scenario)
     done = prepare_folder(out, settings, ec.fresh)
     profiles = testset.profiles[: ec.limit or None]
