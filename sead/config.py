@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, read_user_text
 
 
 def config_dir() -> Path:
@@ -42,11 +43,9 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "sead") -> Dic
     except (HydraException, OmegaConfBaseException) as e:
         message = str(e).split("Config search path:")[0]  # where Hydra looked is noise to a user
         raise SEADInputError(f"bad config or override: {message}".strip()) from None
-    except UnicodeDecodeError:
-        from sead.errors import read_user_text
-
-        for f in sorted(config_dir().rglob("*.yaml")):  # Hydra does not say which file it could not decode
-            read_user_text(f, "config file")
+    except (UnicodeDecodeError, yaml.YAMLError):
+        for f in sorted(config_dir().rglob("*.yaml")):  # Hydra does not say which file it could not read
+            check_yaml_file(f)
         raise
     if cfg.get("resume") and config_name == "sead":
         from sead.run.frozen_config import with_saved_settings
@@ -55,6 +54,19 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "sead") -> Dic
         # and the resume accepts or refuses that change; it is never dropped for the run's own values unsaid.
         cfg = with_saved_settings(cfg, load_config([]), overrides)
     return cfg
+
+
+def check_yaml_file(path: Path) -> None:
+    """Raise SEADInputError naming `path` and the line where it is not UTF-8 text or not YAML."""
+    text = read_user_text(path, "config file")
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SEADInputError(
+            f"not valid YAML: {problem}", path=path, line=mark.line + 1 if mark is not None else None
+        ) from None
 
 
 MAX_SEED = 2**31 - 1  # a seed a user sets; the seeds derived from it (sead.dialogue.seeds) stay within 64 bits

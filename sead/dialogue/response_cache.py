@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sead.config import number
+from sead.errors import parse_json
 
 
 @dataclass
@@ -43,7 +44,7 @@ class ResponseCache:
         if self._path and self._path.exists():
             for line in self._path.read_text(encoding="utf-8").splitlines():
                 try:
-                    rec = json.loads(line)
+                    rec = parse_json(line)
                     self._store(int(rec["stage"]), str(rec["text"]))
                 except (ValueError, KeyError, TypeError):
                     continue  # a torn or foreign line only costs one cache entry

@@ -18,7 +18,7 @@ from rich.console import Console
 from sead import compute
 from sead.dialogue import Episode, EpisodeJob, RolloutLog, RunnerConfig, read_rollouts, run_batch
 from sead.dialogue.seeds import eval_episode_seed
-from sead.errors import SEADInputError, read_user_text
+from sead.errors import SEADInputError, parse_json, read_user_text
 from sead.eval.agents import EvalAgent
 from sead.eval.model_spec import ModelSpec
 from sead.eval.settings import EvalConfig
@@ -101,7 +101,7 @@ def prepare_folder(out: Path, settings: dict, fresh: bool) -> dict[str, dict]:
 
 def _read_settings(path: Path) -> dict:
     try:
-        return json.loads(read_user_text(path, "evaluation settings"))
+        return parse_json(read_user_text(path, "evaluation settings"))
     except json.JSONDecodeError as e:
         raise SEADInputError(
             f"corrupt settings ({e.msg}); pass eval.fresh=true to start over", path=path, line=e.lineno

@@ -3,11 +3,10 @@ controller marginals) in the same kind of page as an evaluation, with the last v
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from sead.dialogue import Episode, read_rollouts
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, parse_json
 from sead.eval.plots import data_uri, line_plot
 from sead.eval.report import render_page, viewer_record
 from sead.run.json_lines import read_json_lines
@@ -51,7 +50,7 @@ def write_training_report(run_dir: Path) -> Path:
     validations = layout.validated_iterations()
     table_rows, it, cr, lo, hi = [], [], [], [], []
     for i in validations:
-        m = json.loads(layout.validation_metrics(i).read_text(encoding="utf-8"))["metrics"]
+        m = parse_json(layout.validation_metrics(i).read_text(encoding="utf-8"))["metrics"]
         c = m["CR"]
         table_rows.append(
             [

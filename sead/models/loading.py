@@ -28,6 +28,18 @@ class ModelConfig:
         return replace(self, preset="path", path=str(folder))
 
 
+def _from_folder(auto, path: Path, what: str, **kwargs):
+    """`auto.from_pretrained(path)`; a folder it cannot load (a file cut short, a config or tokenizer that is not
+    JSON, weights of another shape) raises SEADInputError naming it, not a loader's traceback."""
+    from safetensors import SafetensorError
+
+    try:
+        return auto.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as e:
+        problem = " ".join(str(e).split())[:300]
+        raise SEADInputError(f"cannot load the {what}: {type(e).__name__}: {problem}", path=path) from None
+
+
 def load_model(cfg: ModelConfig, dtype: str | None = None):
     """(model, tokenizer, label). `dtype`: the weights' dtype when not `cfg.dtype` resolved for this machine (the
     trainer's fp32 master weights)."""
@@ -76,11 +88,8 @@ def load_model(cfg: ModelConfig, dtype: str | None = None):
                 raise SEADInputError("not an HF model folder (no config.json)", path=path, field="model.path")
         else:
             raise SEADInputError(f"unknown preset {cfg.preset!r}; choose smollm2, tiny or path", field="model.preset")
-        tok = AutoTokenizer.from_pretrained(path)
-        try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        except (OSError, ValueError) as e:
-            raise SEADInputError(f"cannot load model weights: {e}", path=path) from None
+        tok = _from_folder(AutoTokenizer, path, "tokenizer")
+        model = _from_folder(AutoModelForCausalLM, path, "model weights", dtype=dtype)
         label = str(path)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

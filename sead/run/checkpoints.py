@@ -9,6 +9,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from sead.errors import parse_json
 from sead.run.layout import PARTIAL, CheckpointFolder, RunLayout, checkpoint_step
 from sead.run.manifest import manifest_problem, write_manifest
 
@@ -74,7 +75,7 @@ def checkpoint_problem(path: Path) -> str | None:
 
 
 def read_trainer_state(path: Path) -> dict:
-    state = json.loads(CheckpointFolder(path).trainer_state.read_text(encoding="utf-8"))
+    state = parse_json(CheckpointFolder(path).trainer_state.read_text(encoding="utf-8"))
     if not isinstance(state, dict):
         raise ValueError("not a JSON object")
     return state

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from sead.run.layout import PARTIAL, RunLayout
 
-# What wandb and `sead report` add beside the layout's own entries.
-EXTRA_NAMES = ("wandb", "report.html")
+# What wandb and `sead report` add beside the layout's own entries, and an unreadable machine record kept aside.
+EXTRA_NAMES = ("wandb", "report.html", "machine.json.unreadable")
 
 
 def results(layout: RunLayout) -> list[str]:

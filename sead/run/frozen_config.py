@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sead.config import RETIRED
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, parse_json
 from sead.run.atomic import write_text_atomic
 from sead.run.layout import RunLayout, resume_records
 from sead.run.lock import run_dir_path
@@ -75,8 +76,13 @@ def read_saved_config(path: Path) -> DictConfig:
     retired resumes, with the value now derived from the keys it still has."""
     try:
         saved = OmegaConf.load(path)
-    except (OSError, OmegaConfBaseException) as e:
-        raise SEADInputError(f"cannot read the run's config ({e}); restore it, or start a new run", path=path) from None
+        if not isinstance(saved, DictConfig):
+            raise ValueError("not a mapping of settings")
+    except (OSError, ValueError, OmegaConfBaseException, yaml.YAMLError) as e:
+        problem = " ".join(str(e).split())
+        raise SEADInputError(
+            f"cannot read the run's config ({problem}); restore it, or start a new run", path=path
+        ) from None
     for key in RETIRED:
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(saved, parent, default=None)
@@ -145,7 +151,7 @@ def read_saved_environment(path: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return parse_json(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SEADInputError(f"cannot read the run's user simulator record ({e}); restore it", path=path) from None
 

@@ -3,12 +3,11 @@ iteration), CR and the user-side measures with their 95% CIs, so a run says itse
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.table import Table
 
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, parse_json
 from sead.metrics import wilson_interval
 from sead.run.layout import BASE_MODEL, RunLayout
 
@@ -60,7 +59,7 @@ def validations(layout: RunLayout) -> dict[int | str, dict]:
 def read_validation(path: Path) -> dict:
     """A validation's metrics file; one that does not read as one (cut short, edited) raises naming it."""
     try:
-        m = json.loads(path.read_text(encoding="utf-8"))
+        m = parse_json(path.read_text(encoding="utf-8"))
         int(m["at"]["step"])
         if not (isinstance(m["counts"], dict) and isinstance(m["metrics"], dict)):
             raise TypeError("its counts and metrics are not objects")
