@@ -1,9 +1,8 @@
 """Before and after, end to end: one evaluation pass and one GRPO step of a warmed model, with the code of an earlier
-revision and with this checkout, side by side in one run (issue 17: "one validation pass and one GRPO step of the
-learning-curve recipe, before and after").
+revision and with this checkout, side by side in one run: what the speed work bought a user.
 
 Each arm is `python -m sead` as a user runs it, in its own process: the earlier revision from a `git archive` of it
-(default 66a9453, the code when the throughput issue was filed), this checkout as it is, both in this interpreter's
+(by default the code of 2026-11-24, before the speed work began), this checkout as it is, both in this interpreter's
 environment, with overrides that mean the same task at both revisions (the learning-curve task: compact SOP prompt,
 8 turns of up to 144 tokens, greedy evaluation; the step: 2 profiles x 5 rollouts at temperature 1.0 from the same
 warm-up, every group trained). Passes alternate (before, after, before, after) so the machine's drift falls on both.
@@ -14,7 +13,7 @@ step's rollout + update seconds (`metrics.jsonl`). The scripted user grew strict
 plays other greedy tokens than fp32, so the two arms may play dialogues of other lengths: agent tokens per second is
 the fair ratio, and the tokens, turns and prompt tokens of each pass are printed beside it.
 
-    .venv/bin/python benchmarks/before_after.py WARMUP [--before 66a9453] [--profiles 32]
+    .venv/bin/python benchmarks/before_after.py WARMUP [--before REV] [--profiles 32]
         [--repeats 2] [--no-eval | --no-step] [key=value ...]
 
 WARMUP is a warm-up folder (`model/` and `summary.json`, e.g. a learning-curve run's `warmup/warmup`); extra
@@ -40,6 +39,7 @@ from sead.progress import progress_bar
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+BASELINE = "66a9453"  # the default earlier arm: the code of 2026-11-24, before the speed work began
 console = Console()
 
 # Keys both revisions know (no preset: the CPU preset differs between them).
@@ -157,7 +157,7 @@ def report(result: dict) -> None:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("warmup", type=Path, help="a warm-up folder: model/ and summary.json")
-    ap.add_argument("--before", default="66a9453", help="the earlier revision (default: when issue 17 was filed)")
+    ap.add_argument("--before", default=BASELINE, help="the earlier revision (default: before the speed work)")
     ap.add_argument("--profiles", type=int, default=32, help="evaluation dialogues (the first of the test set)")
     ap.add_argument("--batch", type=int, default=32, help="rows per sampling call in the evaluation")
     ap.add_argument("--step-profiles", type=int, default=2)

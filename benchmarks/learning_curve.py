@@ -7,7 +7,7 @@ with and without GRPO, on the same held-out dialogues, compared dialogue by dial
     .venv/bin/python benchmarks/learning_curve.py --development --out DIR [--warmup-from RUN] [--phases ...]
         # recipe choices are made here: the development seed, results next to DIR, never the held-out set
     .venv/bin/python benchmarks/learning_curve.py --phases warmup warmup_only grpo_sead_joint \
-        --earlier benchmarks/learning_curve.json   # finish a run too long for one session on another machine
+        --earlier benchmarks/learning_curve.json   # finish on another machine a run begun on this one
 
 Phases, each a run directory under --out made by the Trainer itself (validation, metrics, warm-up reuse):
 - base:            the model before any training (a reference point);
@@ -18,12 +18,13 @@ Phases, each a run directory under --out made by the Trainer itself (validation,
 - imitation_only:  only when named, with trainer.update.imitation_coef set: the control of an anchored grpo_fixed,
                    the same steps on the imitation anchor alone (no dialogues, no policy gradient).
 Budgets are dialogues and steps, never minutes, so any machine repeats the same experiment; each phase's wall time
-and CPU are reported apart. The claim (issue 18): grpo_fixed completes >= 10 points more of the held-out dialogues
-than warmup_only, exact McNemar p < 0.01, in at most 60 minutes of RL steps on the 2-core CPU; what the curriculum
-adds (grpo_sead_joint against grpo_fixed) is reported whatever it is. A finished phase is reused (refused if it was
-run with other settings), an interrupted one resumes. An arm measured in an earlier run of the same experiment (its
-results JSON, --earlier) stands in for one not measured in --out, so a run longer than one session can be finished
-elsewhere; an arm measured in both is compared dialogue by dialogue (greedy validation should repeat exactly).
+and CPU are reported apart. The claim, fixed before the first full run: grpo_fixed completes >= 10 points more of
+the held-out dialogues than warmup_only, exact McNemar p < 0.01, in at most 60 minutes of RL steps on the 2-core
+CPU; what the curriculum adds (grpo_sead_joint against grpo_fixed) is reported whatever it is. A finished phase is
+reused (refused if it was run with other settings), an interrupted one resumes. An arm measured in an earlier run of
+the same experiment (its results JSON, --earlier) stands in for one not measured in --out, so a long run can be
+finished on another machine; an arm measured in both is compared dialogue by dialogue (greedy validation should
+repeat exactly).
 Extra arguments are Hydra overrides for every phase. Writes learning_curve.json, .png and .html next to this file
 (--quick: into --out).
 """
@@ -47,12 +48,12 @@ HERE = Path(__file__).resolve().parent
 console = Console()
 
 # The held-out dialogues: profiles and simulator draws follow from this seed, fixed before the first full run. It
-# is used by the full run only, never for development or tuning (4242, the trainer's default validation seed, was
-# the development set of every earlier session, and --quick uses it).
+# is used by the full run only, never for development or tuning (4242, the trainer's default validation seed, is the
+# development set every recipe choice was made on, and --quick uses it).
 HELD_OUT_SEED = 618_033
 DEVELOPMENT_SEED = 4242
 
-# The task as the benchmark poses it (see benchmarks/RESULTS.md): the compact SOP prompt, a turn limit the scripted
+# The task as the benchmark poses it (docs/results.md): the compact SOP prompt, a turn limit the scripted
 # reference agent needs (it completes 67 % of held-out dialogues within 8 turns), room for its longest tagged turn,
 # and a turn without exactly one <response> ends the dialogue as a failure instead of spending turns on retries.
 TASK = [
@@ -68,7 +69,7 @@ TASK = [
 ]
 # Imitation of the scripted reference agent's winning dialogues, one optimiser step per dialogue, no time cap:
 # all of them are learnt from, whatever the machine. Four epochs, chosen on the development seed by warm-up-only CR
-# (session 56, one run with trainer.warmup.keep_epochs): 1, 2, 3, 4 epochs completed 60, 95, 72, 104 of 200. One
+# (2026-11-29, one run with trainer.warmup.keep_epochs): 1, 2, 3, 4 epochs completed 60, 95, 72, 104 of 200. One
 # epoch was under-fit, and RL measured over it was partly measuring what more imitation gives.
 WARMUP = [
     "trainer.warmup.epochs=4",
@@ -76,24 +77,23 @@ WARMUP = [
     "trainer.warmup.micro_batch=1",
     "trainer.warmup.max_minutes=null",
 ]
-# GRPO as chosen on the development seed only (benchmarks/RESULTS.md): each step, 16 profiles played once, then 16
+# GRPO as chosen on the development seed only (docs/training.md): each step, 16 profiles played once, then 16
 # groups of 4 continuations branched at a turn where the user held a concern open (now: the turn whose reply left it
 # open, below), played to the end of the dialogue (the warmed model samples almost deterministically, so
 # whole-dialogue groups rarely differ; which answer it gives there decides the call). Cut there and scored to the end:
-# +7 and +15 points over the warm-up in two training runs (sessions 24-25); cut where the user lost ground instead
-# (this script's recipe from session 15 to 25: +10 there, nothing held-out). One simulated user per group, advantages
+# +7 and +15 points over the warm-up in two training runs (2026-11-26); cut where the user lost ground instead (the
+# earlier recipe: +10 there, nothing held-out). One simulated user per group, advantages
 # not divided by the group's std (which blew small differences up to full size), lr 5e-5, plus the concern-answer
 # term. One step per iteration, so the curriculum can act every step. The model measured is the average of the weights
 # over the updates (d = 0.8, set before it was first tried, not tuned): one run's greedy CR swung by up to 17 points
 # between checkpoints a few steps apart; on the development seed, in three runs, the average gained +7, +10 and +0.5
-# where the live policy gained -3, +10 and -3 (sessions 43-44; a dialogue lost at its opening is branched from it
-# since session 43).
+# where the live policy gained -3, +10 and -3 (2026-11-28; a dialogue lost at its opening is branched from it).
 # The loss is a token mean over every dialogue the step played, flat groups included (`loss_tokens=played`): with 2-12
 # of 32 groups differing, a step moved the weights as far on two groups as on twelve. Same three run seeds on the
-# development seed: +14, +10, +4.5 where they had gained +10, +0.5, +7 (session 45).
+# development seed: +14, +10, +4.5 where they had gained +10, +0.5, +7 (2026-11-28).
 # Over the four-epoch warm-up the policy samples nearly one line per context, so groups rarely differ: sampling at
 # T = 1.3 and cutting where the reply left the user's concern open (`branch.at=unanswered`) were chosen on the
-# development seed, run seed 5 (sessions 57-59): T = 1.0 with concern cuts 105/200, T = 1.3 109, T = 1.3 with
+# development seed, run seed 5 (2026-11-30): T = 1.0 with concern cuts 105/200, T = 1.3 109, T = 1.3 with
 # unanswered cuts 109 and the most differing groups a step (5.1 of 32 against 3.0 and 3.5); all within chance of the
 # warm-up's 104.
 GRPO = [
@@ -119,16 +119,16 @@ GRPO = [
     "trainer.weight_ema=0.8",
 ]
 # The curricula compared. 16 dialogues a step over 24 joint states leave nearly every state under sead_joint's
-# min_count of 3 in one step's window (session 17: the rule then never acted); 5 steps' 80 dialogues bring about
+# min_count of 3 in one step's window (the rule then never acts); 5 steps' 80 dialogues bring about
 # two thirds of the states to it. Chosen by that count, not by any measurement.
 ARM_CURRICULA = {"fixed": (), "sead_joint": ("controller.window=5",)}
 QUICK = {"warmup_dialogues": 4, "steps": 2, "profiles": 3, "trials": 2}  # the tiny model: the pipeline, not a result
-# The full run. Warm-up: ~110 winning dialogues at the reference agent's ~0.58 CR, as many as the fifth session's
-# measured recipe imitated. Steps: 40, chosen on the development seed (session 38: +5 points after 10 steps, +11
-# after 25; session 47, five training runs carried from 25 to 40 steps: mean +11.0 -> +13.5, the runs under +10
-# from 2 to 0, by a rule written before the first result). A step takes 1.1-1.4 minutes on an idle 2-core Zen 5 VM
-# (46-55 minutes of RL for 40, session 48; 62 for a run whose turns drifted to the token cap) and about 2 on a Zen 4
-# one (about 80). Held-out: one trial per profile, because
+# The full run. Warm-up: ~110 winning dialogues at the reference agent's ~0.58 CR, as many as the first measured
+# recipe imitated. Steps: 40, chosen on the development seed (+5 points after 10 steps, +11 after 25; five training
+# runs carried from 25 to 40 steps: mean +11.0 -> +13.5, the runs under +10 from 2 to 0, by a rule written before the
+# first result; 2026-11-27/28, over a one-epoch warm-up). A step takes 1.1-1.4 minutes on an idle 2-core Zen 5 VM
+# (46-55 minutes of RL for 40; 62 for a run whose turns drifted to the token cap) and about 2.2 on a Zen 4 one (86-87
+# minutes for 40, 2026-11-30). Held-out: one trial per profile, because
 # McNemar's test takes the pairs as independent and two dialogues with one user are not.
 FULL = {"warmup_dialogues": 192, "steps": 40, "profiles": 200, "trials": 1}
 
@@ -307,7 +307,7 @@ def arm(run: Path, label: str) -> dict:
     of n)."""
     from omegaconf import OmegaConf
 
-    from sead.run.paired import validation_outcomes
+    from sead.run.paired import held_out_outcomes
     from sead.run.validation_table import interval
     from sead.usersim.base import comparable_environment
 
@@ -330,7 +330,7 @@ def arm(run: Path, label: str) -> dict:
         "funnel": m["funnel"] if "funnel" in m else funnel_of(dialogues),
         "user_simulator": comparable_environment(json.loads(layout.usersim.read_text())),
         "dialogues": str(dialogues),
-        "outcomes": outcomes_to_json(validation_outcomes(dialogues)),
+        "outcomes": outcomes_to_json(held_out_outcomes(dialogues)),
         "config": OmegaConf.to_container(OmegaConf.load(layout.config)),
     }
 
@@ -339,14 +339,14 @@ def reference_arm(out: Path, run: Path) -> dict:
     """The scripted reference agent on the held-out dialogues of `run`, an arm (`sead.run.reference_play`), played
     again at each report (seconds) with this checkout's user simulator, which it records: what imitation aims at
     (its losses are the user's impatience and distrust, see that module)."""
-    from sead.metrics import wilson_interval
     from sead.run.frozen_config import read_saved_config
-    from sead.run.paired import validation_outcomes
+    from sead.run.paired import held_out_outcomes
     from sead.run.reference_play import play_reference
+    from sead.stats import wilson_interval
 
     cfg = read_saved_config(RunLayout(run).config)
     dialogues = play_reference(cfg, out / "reference_dialogues.jsonl")
-    outcomes = validation_outcomes(dialogues)
+    outcomes = held_out_outcomes(dialogues)
     scored = [o["success"] for o in outcomes.values() if o["success"] is not None]
     ci = wilson_interval(sum(scored), len(scored))  # refuses n = 0 (every dialogue a simulator error) by name
     return {

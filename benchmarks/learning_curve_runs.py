@@ -1,7 +1,7 @@
 """How reliable RL's gain is: several training runs of the learning-curve recipe, side by side.
 
 One run of `learning_curve.py` measures one training run (one `seed=`). Training runs of the same recipe differ
-about as much as the gain itself (benchmarks/RESULTS.md, sessions 45-49), so a claim about the recipe needs
+about as much as the gain itself (seven held-out runs of one recipe, 2026-11-28/29), so a claim about the recipe needs
 several. Run the script once per run seed from one saved warm-up, on its held-out set, then read the results:
 
     .venv/bin/python benchmarks/learning_curve.py --warmup-from outputs/lc/warmup --phases warmup_only grpo_fixed \

@@ -58,8 +58,9 @@ from sead.policy.hf import HFPolicy, common_prefix_length
 from sead.policy.settings import SamplingConfig
 from sead.progress import progress_bar
 from sead.timing import timed
+from sead.trainer.batching import shared_prompt_length
 from sead.trainer.estimators import Sequence
-from sead.trainer.update import masked_logprobs, shared_prompt_length
+from sead.trainer.scoring import masked_logprobs
 
 console = Console()
 OPENING = "<response>Hello, this is Alex from the delivery platform. Am I speaking with the owner?</response>"
@@ -249,7 +250,7 @@ def split_timing(model, run, steps: int, repeats: int, budget_s: float = 20.0) -
 # -- the peer: one llama.cpp stream ------------------------------------------------------------------------------
 REPO = Path(__file__).resolve().parents[1]
 LLAMA_CPP_PIN = "requirements_peers.txt"  # in REPO
-PEER_TARGET, PEER_TARGET_ROWS = 4.0, 32  # issue 17: batched generation at >= 32 rows >= 4x one llama.cpp stream
+PEER_TARGET, PEER_TARGET_ROWS = 4.0, 32  # the target: batched generation at >= 32 rows >= 4x one llama.cpp stream
 
 
 def llama_cpp_class():
@@ -603,7 +604,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     machine = {"cpu": cpu_info(), "torch": torch.__version__, "threads": torch.get_num_threads()}
     machine["accelerator"] = accelerator_info(device)
-    if not gpu:  # a fresh cache compiles them inside the first timed call (session 53: 1.4 tok/s at one row)
+    if not gpu:  # else a fresh cache compiles them inside the first timed call (once 1.4 tok/s at one row)
         with console.status("SEAD's CPU kernels (built once per machine, ~15 s each)"):
             machine["kernels"] = decode_kernel.build_all()
     machine["uptime_before"] = uptime()

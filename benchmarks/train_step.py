@@ -27,7 +27,7 @@ from sead.policy.settings import SamplingConfig
 from sead.policy.turn_cache import BatchCache
 from sead.timing import timed
 from sead.trainer.estimators import Sequence
-from sead.trainer.update import masked_logprobs
+from sead.trainer.scoring import masked_logprobs
 
 
 def dialogues(model, tok, prompts, args, turn_cache_mb: float) -> None:

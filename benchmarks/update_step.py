@@ -1,4 +1,4 @@
-"""What two choices in one GRPO update save (issue 17, section 4), each timed both ways side by side in one run,
+"""What choices in one GRPO update save, each timed both ways side by side in one run,
 in the precision the trainer would choose on this machine (`model.dtype=auto`: fp32 master weights, bf16 autocast
 where the CPU has native bf16), on the same sequences and from the same weights:
 
@@ -6,7 +6,7 @@ where the CPU has native bf16), on the same sequences and from the same weights:
   trained, so `Updater` takes the old log-probs from the training forward itself (detached) instead of running
   every micro-batch through the model once more. Both ways end at the same weights (checked).
 - `--case branched`: a branched group's members replay one dialogue prefix and differ only in the turn after the
-  cut. `Updater` keeps them in one micro-batch where that pays (`sead.trainer.update.micro_batches`), so the shared
+  cut. `Updater` keeps them in one micro-batch where that pays (`sead.trainer.batching.micro_batches`), so the shared
   context runs once for them; before, micro-batches were cut from the sequences sorted by length and each row ran
   its whole context again. Both ways give the same gradient up to rounding (compared; Adam's first step turns any
   rounding difference in a gradient's sign into a full-size weight difference, so weights are not compared).
@@ -38,7 +38,6 @@ import copy
 import json
 import random
 import resource
-import sys
 from pathlib import Path
 
 import torch
@@ -49,6 +48,7 @@ from sead.models import training_attention
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, cpu_info
 from sead.timing import timed
+from sead.trainer import scoring
 from sead.trainer.estimators import Sequence
 from sead.trainer.schema import UpdateConfig
 from sead.trainer.token_logprobs import full_logits
@@ -124,12 +124,11 @@ class FullLogits(Updater):
     """The update with the plain way through the LM head (as `masked_logprobs` ran it before `token_logprobs`)."""
 
     def step(self, seqs):
-        update_module = sys.modules[Updater.__module__]
-        sliced, update_module.token_logprobs = update_module.token_logprobs, full_logits
+        sliced, scoring.token_logprobs = scoring.token_logprobs, full_logits
         try:
             return super().step(seqs)
         finally:
-            update_module.token_logprobs = sliced
+            scoring.token_logprobs = sliced
 
 
 def dialogues(tok, n: int, turns: int = 8, seed: int = 0) -> list[Sequence]:

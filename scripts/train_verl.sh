@@ -5,7 +5,7 @@
 #   3. serves the user simulator on verl.usersim_gpus unless usersim.base_urls is given, and stops those
 #      servers (by the PIDs it started) on exit, error or Ctrl-C;
 #   4. runs `sead train` on the remaining GPUs.
-# Arguments are Hydra overrides, as for main.sh. Multi-node: `ray start` on every node first (README).
+# Arguments are Hydra overrides, as for main.sh. Multi-node: `ray start` on every node first (docs/gpus.md).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARGS=("$@")

@@ -5,7 +5,7 @@ parallel kernel gets a team of its own, and its workers stay. Once a process hol
 GNU OpenMP (torch's CPU build) stops letting idle workers spin: they sleep between parallel regions, and each of
 the thousands of small regions of a decoding step waits for its workers to wake. The trainer loaded and updated
 the model on the main thread and sampled on a worker thread (`asyncio.to_thread`), so on a 2-vCPU VM its decoding
-ran 1.6-1.7x slower than the same decoding in a process with one team (benchmarks/RESULTS.md).
+ran 1.6-1.7x slower than the same decoding in a process with one team (measured 2026-11-26).
 
 `serve(coro)` runs a run's coroutine (training, an evaluation) on an event loop in a helper thread while the main
 thread does the tensor work the coroutine hands it with `arun` (awaited: the loop goes on meanwhile) or `run`

@@ -7,6 +7,7 @@ import importlib
 import logging
 import operator
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sead.errors import SEADInputError, read_user_text
 
+SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the checkout's, beside the package
+
 
 def config_dir() -> Path:
     """`SEAD_CONFIG_DIR`, else the `configs/` folder next to the package (the repository checkout)."""
     env = os.environ.get("SEAD_CONFIG_DIR")
-    path = Path(env) if env else Path(__file__).resolve().parent.parent / "configs"
+    path = Path(env) if env else SHIPPED_CONFIG_DIR
     if not (path / "sead.yaml").is_file():
         raise SEADInputError("no sead.yaml here; set SEAD_CONFIG_DIR to your configs folder", path=path)
     return path
@@ -41,8 +44,13 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "sead") -> Dic
             cfg = compose(config_name=config_name, overrides=list(overrides))
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as e:
-        message = str(e).split("Config search path:")[0]  # where Hydra looked is noise to a user
-        raise SEADInputError(f"bad config or override: {message}".strip()) from None
+        message = str(e).split("Config search path:")[0].strip()  # where Hydra looked is noise to a user
+        if match := re.match(r"Could not override '([\w.]+)'", message):
+            from sead.config_docs import did_you_mean
+
+            first, _, rest = message.partition("\n")
+            message = f"{first}{did_you_mean(match[1], config_dir())}\n{rest}".strip()
+        raise SEADInputError(f"bad config or override: {message}") from None
     except (UnicodeDecodeError, yaml.YAMLError):
         for f in sorted(config_dir().rglob("*.yaml")):  # Hydra does not say which file it could not read
             check_yaml_file(f)
@@ -89,24 +97,35 @@ class Domain:
     choices: tuple[str, ...] = ()
     also: tuple[float, ...] = ()
 
-    def problem(self, value: Any) -> str | None:
-        bounds = [
-            (">=", self.ge, operator.ge),
-            (">", self.gt, operator.gt),
-            ("<=", self.le, operator.le),
-            ("<", self.lt, operator.lt),
+    def _bounds(self):
+        return [
+            (sign, bound, op)
+            for sign, bound, op in (
+                (">=", self.ge, operator.ge),
+                (">", self.gt, operator.gt),
+                ("<=", self.le, operator.le),
+                ("<", self.lt, operator.lt),
+            )
+            if bound is not None
         ]
+
+    def describe(self) -> str:
+        """What the field takes, as the error says it: `one of a, b`, `>= 0 and < 1` or `>= 0.01 and <= 10 (or 0)`."""
+        if self.choices:
+            return f"one of {', '.join(self.choices)}"
+        besides = f" (or {', '.join(f'{a:g}' for a in self.also)})" if self.also else ""
+        return " and ".join(f"{sign} {bound:g}" for sign, bound, _ in self._bounds()) + besides
+
+    def problem(self, value: Any) -> str | None:
         items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
         for v in items:
             if v is None or v in self.also:
                 continue
             if self.choices and v not in self.choices:
-                return f"must be one of {', '.join(self.choices)}, got {v!r}"
+                return f"must be {self.describe()}, got {v!r}"
             # "not inside" rather than "outside": NaN compares false to everything and is refused too
-            if any(bound is not None and not op(v, bound) for _, bound, op in bounds):
-                wanted = " and ".join(f"{sign} {bound:g}" for sign, bound, _ in bounds if bound is not None)
-                besides = f" (or {', '.join(f'{a:g}' for a in self.also)})" if self.also else ""
-                return f"must be {wanted}{besides}, got {v}"
+            if any(not op(v, bound) for _, bound, op in self._bounds()):
+                return f"must be {self.describe()}, got {v}"
         return None
 
 
@@ -137,8 +156,13 @@ def to_schema(cls, node: Any, field: str):
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), node if node is not None else {})
     except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None) or ""
-        raise SEADInputError(str(e).splitlines()[0], field=_join(field, key) or None) from None
+        key = _join(field, getattr(e, "full_key", None) or "")
+        message = str(e).splitlines()[0]
+        if message.startswith("Key ") and " not in " in message:  # a key the schema does not have
+            from sead.config_docs import did_you_mean
+
+            message += did_you_mean(key, config_dir())
+        raise SEADInputError(message, field=key or None) from None
     _check_domains(merged, field)  # before the dataclasses' own checks, which compare fields already in range
     return OmegaConf.to_object(merged)
 
@@ -183,18 +207,25 @@ def group_config(cfg: DictConfig, group: str):
 
 @dataclasses.dataclass
 class ProfilesConfig:
-    n: int = number(100, ge=1, le=10_000_000)  # `sead profiles sample`
-    out: str = "outputs/profiles.jsonl"
+    n: int = number(100, ge=1, le=10_000_000)  # profiles `sead profiles sample` draws from the controller
+    out: str = "outputs/profiles.jsonl"  # where it writes them: .jsonl or .parquet
 
 
 @dataclasses.dataclass
 class TopLevelConfig:
-    """The keys of configs/sead.yaml outside the groups; the groups (Any here) are checked by their own schemas."""
+    """The keys of configs/sead.yaml outside the groups (each group below has a schema of its own)."""
 
-    seed: int = number(0, ge=0, le=MAX_SEED)
+    seed: int = number(0, ge=0, le=MAX_SEED)  # the run's seed: profiles drawn, every dialogue's sampling and user draws
+    # embedded: torch + transformers on this machine (CPU or one GPU) | verl: multi-GPU (Ray, FSDP, vLLM rollouts)
     backend: str = one_of("embedded", "verl")
-    run_dir: str = "outputs/runs/${now:%Y%m%d-%H%M%S}"
+    run_dir: str = "outputs/runs/${now:%Y%m%d-%H%M%S}"  # a new folder per run; pass run_dir=... to name it
+    # continue the run in run_dir from its newest checkpoint that verifies, under the settings it was started with
+    # (keys not given come from its config.yaml; free to change: trainer.iterations, max_minutes, save_every,
+    # logging, eval.*, profiles.*)
     resume: bool = False
+    # with resume: continue even where a setting that defines the run changed; the new config is saved beside the
+    # original as config.resume_NNNNNN.yaml and the change logged (never the backend, model.preset, trainer.lora or
+    # the estimator: the checkpoint was made under them)
     resume_allow_changes: bool = False
     profiles: ProfilesConfig = dataclasses.field(default_factory=ProfilesConfig)
     scenario: Any = None  # checked when built: Scenario.from_config names every bad key
@@ -234,10 +265,12 @@ def check_config(cfg: DictConfig) -> None:
 class PlausibilityConfig:
     """`controller.plausibility`: an LLM pass over each training step's profiles (sead/controller/plausibility.py)."""
 
+    # an LLM checks each step's sampled profiles and may swap a behaviour for another library entry that fits the
+    # sampled state better (never the numbers); `sead train` checks the endpoint before it starts
     enabled: bool = False
     base_url: str = "http://127.0.0.1:8000/v1"  # an OpenAI-compatible endpoint
-    model: str = "Qwen/Qwen2.5-14B-Instruct"
-    api_key: str = "EMPTY"
+    model: str = "Qwen/Qwen2.5-14B-Instruct"  # the model name the endpoint serves
+    api_key: str = "EMPTY"  # vLLM ignores it
     timeout: float = number(60.0, gt=0, le=3600)  # seconds per call
     candidates: int = number(30, ge=1, le=10_000)  # library entries offered as replacements per profile
     concurrency: int = number(8, ge=1, le=10_000)  # calls in flight at once
@@ -245,15 +278,21 @@ class PlausibilityConfig:
 
 @dataclasses.dataclass
 class ControllerConfig:
-    rule: str = "fixed"  # a name in sead.controller.CURRICULA, checked where it is built
-    target: float = number(0.5, ge=0, le=1)  # a completion rate
-    band: float = number(0.1, ge=0, le=1)
-    eps: float = number(0.05, gt=0, le=1)  # floor of weights that are then normalised: at 0 all could vanish
+    # the curriculum rule (sead/controller/curriculum.py): fixed (the marginals as given) | sead_joint (the paper's:
+    # p(state) ~ max(eps, 1 - |CR(state) - target|)) | sead_marginal (the original code's, per dimension)
+    rule: str = "fixed"
+    target: float = number(0.5, ge=0, le=1)  # the completion rate the adaptive rules steer sampling toward
+    band: float = number(0.1, ge=0, le=1)  # sead_marginal: a CR within target +- band counts as on target
+    eps: float = number(0.05, gt=0, le=1)  # sead_joint: floor of a state's weight (at 0 all could vanish)
+    # dialogues a rule needs before it reweights: sead_marginal in all, sead_joint per state (fewer: at target)
     min_count: int = number(1, ge=1, le=1_000_000)
     # updates whose dialogues the rule reads (this one and window - 1 before it)
     window: int = number(1, ge=1, le=1_000_000)
-    concern_focus: float = number(0.0, ge=0, le=100)  # sead.controller.concern_focus: 0 draws behaviours uniformly
-    marginals: Any = None
+    # > 0: draw more users with the kinds of concern the agent answers least (sead/controller/concern_focus.py);
+    # 0 draws behaviours uniformly. Measured once (2026-11-29, f = 4, window 10): +0.5 points over the
+    # warm-up where the recipe gained +5.0 on the same run seed; dropped from the recipe
+    concern_focus: float = number(0.0, ge=0, le=100)
+    marginals: Any = None  # null: the scenario's default_marginals; else {cooperation: {1: 0.3, ...}, ...}
     plausibility: PlausibilityConfig = dataclasses.field(default_factory=PlausibilityConfig)
 
 
@@ -307,6 +346,19 @@ def warn_if_not_scripted(cfg: DictConfig, setting: str, value, consequence: str)
             simulator,
             consequence,
         )
+
+
+def needs_rules(cfg: DictConfig) -> list[str]:
+    """The parts this config runs that read the scenario's rules file (`sead.usersim.rules_file.scenario_rules`):
+    the scripted user, and the scripted reference agent where the trainer plays it."""
+    trainer = group_config(cfg, "trainer")
+    parts = {
+        "the scripted user (usersim=scripted)": (cfg.get("usersim") or {}).get("name", "scripted") == "scripted",
+        "the warm-up's reference agent (trainer.warmup.dialogues > 0)": trainer.warmup.dialogues > 0,
+        "reference branches (trainer.branch.source=reference)": trainer.branch.groups > 0
+        and trainer.branch.source == "reference",
+    }
+    return [part for part, used in parts.items() if used]
 
 
 def runner_config(cfg: DictConfig):

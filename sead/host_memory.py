@@ -1,8 +1,8 @@
 """How a SEAD process takes host memory for tensors: fewer page faults in a training update.
 
 A CPU update allocates and frees gigabytes of activations (a micro-batch of whole dialogues holds several GB);
-each fresh page costs a page fault and zeroing in the kernel. Measured on the 2-vCPU VM (benchmarks/RESULTS.md,
-session 37), an update of 10 whole dialogues took 0.7-2.7M page faults and 6-15 s of system CPU with the
+each fresh page costs a page fault and zeroing in the kernel. Measured on the 2-vCPU VM
+(2026-11-27), an update of 10 whole dialogues took 0.7-2.7M page faults and 6-15 s of system CPU with the
 defaults (the most in a process's first update). Two settings cut that:
 
 - `prefer_huge_pages()` (run on `import sead`): torch's own `THP_MEM_ALLOC_ENABLE`, which advises transparent huge

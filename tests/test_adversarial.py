@@ -1,4 +1,4 @@
-"""Adversarial agents against the scripted user (sead/policy/adversarial.py), on every shipped scenario.
+"""Adversarial agents against the scripted user (sead/testing/adversarial_agents.py), on every shipped scenario.
 
 Each adversary completes at most 5% of the seeded test profiles while the reference agent keeps its completion
 rate; each rule of the simulator is shown to stop the agent it is meant for, on that agent's own lines; the hack
@@ -13,8 +13,14 @@ import numpy as np
 import pytest
 from scripted_play import SCENARIOS, StubTokenizer, completion_rate, play, scenario_named, seeded_profiles
 
-from sead.metrics import HackMonitor, concerns_answered, funnel, stages_acknowledged
-from sead.policy.adversarial import (
+from sead.errors import SEADInputError
+from sead.eval.model_spec import parse_model_spec
+from sead.hack_monitor import HackMonitor
+from sead.metrics import concerns_answered, funnel, stages_acknowledged
+from sead.policy.scripted import ReferenceAgent
+from sead.reward import RewardWeights, compute_reward, stage_progress
+from sead.scenario import Profile
+from sead.testing.adversarial_agents import (
     ADVERSARIAL_AGENTS,
     KNOWN_LIMITS,
     AccentedNegatedAgent,
@@ -32,17 +38,16 @@ from sead.policy.adversarial import (
     OneWordDisownedAgent,
     SplitSaladAgent,
     StruckThroughAgent,
+    TwistedWordsAgent,
 )
-from sead.policy.scripted import ReferenceAgent
-from sead.reward import RewardWeights, compute_reward, stage_progress
-from sead.scenario import Profile
 from sead.usersim import Exchange
-from sead.usersim.rules import disguised, negations, normalise, stated
+from sead.usersim.negations import negations
 from sead.usersim.scripted import ScriptedUserSimulator
+from sead.usersim.visible_text import disguised, normalise, says, stated
 
 N_PROFILES = 300
 MAX_ADVERSARY_CR = 0.05
-# The reference agent's CR on these profiles and seeds under the simulator and rules of commit 354c99f, before
+# The reference agent's CR on these profiles and seeds under the simulator and rules as they stood before
 # salads, echoes, near-repeats and answers to the wrong concern stopped counting (tests/scripted_play.py's loop).
 REFERENCE_CR_BEFORE = {"restaurant": 0.663, "telecom": 0.580}
 REFERENCE_TOLERANCE = 0.05
@@ -156,6 +161,14 @@ def test_guessing_pays_nothing_after_a_wrong_answer(env):
     shipped = completion_rate(env.episodes(GuessingAgent.name))
     assert shipped <= cr[rounds] + 0.01 and cr[0] > shipped
     assert shipped < 0.1 * completion_rate(env.episodes("reference")) + 0.01
+
+
+def test_adversaries_are_test_tools_not_agents_to_pick():
+    """`sead eval scripted:NAME` offers the reference agent and the SOP-ignoring floor, not the adversaries."""
+    for name in (*ADVERSARIAL_AGENTS, *KNOWN_LIMITS):
+        with pytest.raises(SEADInputError, match="unknown scripted agent"):
+            parse_model_spec(f"scripted:{name}")
+    assert parse_model_spec("scripted:reference").model == "reference"
 
 
 # --- each rule, on the lines of the agent it is meant to stop --------------------------------------------------
@@ -291,10 +304,21 @@ def test_the_blind_reference_replays_reference_lines(env):
 
 
 def test_hack_monitors_flag_every_adversary_and_not_the_reference(env):
+    """(Of the known limits, `word_bag` and `shuffled_line` are flagged: test_a_known_limit_wins_what_the_line_wins.)"""
     monitor = HackMonitor.for_scenario(env.scenario)
     assert monitor(env.episodes("reference"))["flagged"] == []
-    for name in (*ADVERSARIAL_AGENTS, *KNOWN_LIMITS):
+    for name in ADVERSARIAL_AGENTS:
         assert monitor(env.episodes(name))["flagged"], name
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_LIMITS))
+def test_what_the_reading_cannot_judge_earns_at_most_what_the_line_earns(env, name):
+    """The classes of reply the scripted user cannot tell from the reference line (its words out of order or without
+    their grammar, an answer taken back in a later reply, other numbers in the same words) earn what the line earns
+    or less, never more: RL has no gradient toward them. (The dice differ from one wording to another: a point.)"""
+    cr, reference = (completion_rate(env.episodes(n)) for n in (name, "reference"))
+    print(f"{env.scenario.name} {name}: CR {cr:.3f} (reference {reference:.3f})")
+    assert cr <= reference + 0.01
 
 
 @pytest.mark.parametrize("name, monitor_name", [("word_bag", "word_bag_share"), ("shuffled_line", "scrambled_share")])
@@ -362,7 +386,7 @@ def test_lost_calls_name_what_stopped_each_adversary(env, name, objection):
     assert not {"makes sense", "fair enough"} & set(reference)  # moves for the call are no objections
 
 
-# --- reading 6: what the red team of session 39 found ----------------------------------------------------------
+# --- reading 6: what a red team found against reading 5 ---------------------------------------------------------
 
 
 def test_stated_leaves_out_questions_only():
@@ -479,7 +503,7 @@ def test_more_ways_of_disowning_a_line_are_read(said):
     assert negations(said), said
 
 
-# --- reading 7: what the red team of session 60 found --------------------------------------------------------------
+# --- reading 7: what a red team found against reading 6 ---------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -524,3 +548,54 @@ def test_a_line_shown_mirrored_lands_nothing_and_one_shown_plainly_lands(env):
     line = env.rules.stages[0].reference_agent
     assert 0 not in env.rules.read(f"\u202e{line}\u202c").stages  # a reader sees the line backwards
     assert 0 in env.rules.read(f"\u202e{line[::-1]}\u202c").stages  # stored backwards: shown as the line
+
+
+# --- what a reader reads: whole words, what is shown -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, phrase, heard",
+    [
+        ("an illegitimate company", "legitimate", False),
+        ("a casino deposit", "no deposit", False),
+        ("prepay per click", "pay per click", False),
+        ("no deposits", "no deposit", False),
+        ("a legitimate company", "legitimate", True),
+        ("legitimate.", "legitimate", True),
+        ("platform's app store", "app store", True),
+        ("the 'no deposit' rule", "no deposit", True),
+        ("non-legitimate", "legitimate", True),  # a word of its own after the hyphen, and "non" reads as a negation
+    ],
+)
+def test_phrases_are_heard_as_whole_words(text, phrase, heard):
+    assert says(normalise(text), phrase) is heard
+
+
+def test_whole_words_are_what_stop_twisted_phrases(env):
+    """The reference agent's lines with the phrases glued into longer words ("illegitimate", "casino deposit") win
+    calls once words the rules never use and talk of other things are let through, as long as a phrase is heard
+    wherever its letters are (reading 7: 70 % and 49 %); heard as whole words, nothing, let through or not."""
+    loose, user = loosened(env, foreign_words=None, focus_share=0.0)
+    twisted = TwistedWordsAgent(env.scenario, StubTokenizer(), loose)
+    assert completion_rate(play(env.scenario, twisted, user, env.profiles)) <= MAX_ADVERSARY_CR
+    assert completion_rate(env.episodes(TwistedWordsAgent.name)) <= MAX_ADVERSARY_CR
+
+
+def test_markup_a_reader_is_not_shown_is_unsaid_and_the_reply_unusable(env):
+    """A line in an HTML comment or a tag's attribute is not shown; one in a hidden or struck-through element is
+    shown hidden or struck: a reply with markup lands nothing, whatever else it says."""
+    line = env.rules.stages[0].reference_agent
+    assert 0 in env.rules.read(line).stages
+    for marked in (
+        f"<!-- {line} -->",
+        f"Okay. <!-- {line} -->",
+        f'<i title="{line}"></i>',
+        f"<p hidden>{line}</p>",
+        f"{line} <!-- not really -->",
+    ):
+        assert env.rules.read(marked).hidden and not env.rules.read(marked).usable, marked
+        call = Call(env)
+        call.say(marked)
+        assert call.meta["stage_done"] == -1, marked
+    assert normalise(f"<!-- {line} --> Okay.") == "okay."
+    assert normalise("If a < b and c > d, I <3 it") == "if a < b and c > d, i <3 it"  # no markup: as written

@@ -1,7 +1,7 @@
 """BatchingPolicy: the requests of concurrent episodes are sampled as one batch, and whatever becomes of a batch,
 every episode waiting on it hears: a sampler that raises, one interrupted by a BaseException (Ctrl-C, a test's
-timeout) and an episode that stops while its batch is sampled. Session 59 found the second hanging: the worker died
-and 64 episodes awaited answers forever."""
+timeout) and an episode that stops while its batch is sampled. A run of 2026-11-30 found the second hanging: the
+worker died and 64 episodes awaited answers forever."""
 
 import asyncio
 import threading

@@ -16,15 +16,15 @@ from sead.dialogue.mask_audit import spans
 from sead.dialogue.runner import RunnerConfig, run_episode
 from sead.dialogue.seeds import train_episode_seed
 from sead.eval.testset import sample_testset
-from sead.policy.adversarial import EchoAgent, GuessingAgent
 from sead.policy.scripted import ReferenceAgent
 from sead.reward import RewardWeights, compute_reward
 from sead.run.layout import RunLayout
 from sead.scenario.profiles import Profile
+from sead.testing.adversarial_agents import EchoAgent, GuessingAgent
 from sead.trainer.branching import branch_jobs, branch_points, concern_turns, setbacks, unanswered_turns
 from sead.trainer.loop import rollout_jobs, train
 from sead.trainer.schema import BranchConfig
-from sead.usersim.rules import normalise
+from sead.usersim.visible_text import normalise
 
 
 def play(scenario, policy, profile, tok, seed, **kw):

@@ -203,7 +203,7 @@ def test_bad_inputs_are_refused_with_the_reason(op):
 
 
 def test_with_the_kernels_turned_off_the_operators_run(models, monkeypatch):
-    """`SEAD_DECODE_KERNEL=0` (README) declines every compiled kernel, the fused step included."""
+    """`SEAD_DECODE_KERNEL=0` (docs/installation.md) declines every compiled kernel, the fused step included."""
     monkeypatch.setenv("SEAD_DECODE_KERNEL", "0")
     decode_kernel.kernel.cache_clear()
     try:

@@ -2,7 +2,7 @@
 test_decode_step.py); on a GPU one CUDA graph per call, replayed, gives the eager steps' tokens, and tokens are picked
 on the device from each row's own randomness.
 
-The GPU tests need a CUDA device; CI has none, and they run where one is lent (benchmarks/RESULTS.md says when). The
+The GPU tests need a CUDA device; CI has none, and they run where one is lent (docs/gpus.md says where). The
 CPU tests pin the torch symbols the graph path calls in the pinned torch, the loop's bookkeeping, and that
 `trainer.cuda_graph` / `eval.cuda_graph` reach the policies."""
 

@@ -103,7 +103,7 @@ def test_an_evaluation_whose_agent_turns_were_read_by_older_rules_is_not_resumed
     folder = tmp_path / "o" / "scripted-reference"
     settings = json.loads((folder / "settings.json").read_text())
     assert settings["user_simulator"]["agent_reading"] == AGENT_READING_VERSION
-    settings["user_simulator"]["agent_reading"] = AGENT_READING_VERSION - 1  # before session 48's rule
+    settings["user_simulator"]["agent_reading"] = AGENT_READING_VERSION - 1  # before the rule of 2026-11-28
     (folder / "settings.json").write_text(json.dumps(settings))
     before = (folder / "dialogues.jsonl").read_text()
     assert run_eval(tmp_path, "o", "scripted:reference") == 2
@@ -277,6 +277,27 @@ def test_api_agent_against_an_api_user_simulator(tmp_path, restaurant, capsys):
     assert results["settings"]["user_simulator"]["model"] == "user-y"
     assert sent[0]["temperature"] == 0.7 and sent[0]["top_p"] == 0.9 and sent[0]["max_tokens"] == 512
     assert sent[0]["messages"][0]["role"] == "system"  # the SOP prompt, then the dialogue as chat turns
+
+
+def test_an_endpoint_under_evaluation_gets_no_seed_it_could_map_to_a_profile(tmp_path, restaurant):
+    """The default test set and the seed formulas are public: a seed derived from a dialogue's test-set index would let
+    the endpoint rebuild the user, profile and dice, without reading a message. Each evaluation sends seeds drawn
+    with a secret of its own: none is a dialogue's seed, and two evaluations of the same dialogues share none."""
+    from sead.dialogue.seeds import eval_episode_seed, turn_seed
+    from sead.policy.scripted import mid_portrait
+    from sead.testing import FakeOpenAIServer
+
+    said = restaurant.tags.format_agent("Hello, this is Alex.", mid_portrait(restaurant.space), 0, 0)
+    sent = {}
+    with FakeOpenAIServer(lambda body: said, model="agent-x") as agent_api:
+        for out in ("first", "second"):
+            assert run_eval(tmp_path, out, f"openai:agent-x@{agent_api.url}") == 0
+            sent[out] = [r["seed"] for r in agent_api.requests[sum(map(len, sent.values())) :]]
+    first, second = sent.values()
+    assert len(first) == len(second) > 12 and len(set(first)) == len(first)  # one seed per turn
+    public = {turn_seed(eval_episode_seed(0, i, k), t) % 2**31 for i in range(6) for k in range(2) for t in range(99)}
+    assert not public & (set(first) | set(second))
+    assert not set(first) & set(second)
 
 
 def test_the_cpu_preset_shortens_evaluation():

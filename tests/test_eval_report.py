@@ -87,7 +87,12 @@ def test_training_report_draws_the_curves_of_a_run(tmp_path):
     assert main(["report", str(run)]) == 0
     with chromium_page(run / "report.html") as page:
         titles = page.locator(".plots figcaption").all_inner_texts()
-        assert {"reward", "training CR", "validation CR (95% CI)", "controller: trust sampling shares"} <= set(titles)
+        assert {
+            "reward",
+            "training CR",
+            "validation CR, ACK and CAR (95% CI)",
+            "controller: trust sampling shares",
+        } <= set(titles)
         rows = page.locator("table.summary tr").count()
         assert rows == 1 + 3  # header + validation before training and after each of the 2 iterations
         assert page.locator(".dialogue-row").count() > 0

@@ -17,12 +17,13 @@ from scripted_play import StubTokenizer, converse
 from sead.config import build_scenario, build_usersim, load_config
 from sead.dialogue import Episode, read_rollouts
 from sead.dialogue.seeds import validation_episode_seed
-from sead.metrics import concerns_by_kind, mcnemar_exact, wilson_interval
+from sead.metrics import concerns_by_kind
 from sead.policy.scripted import ReferenceAgent
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.layout import RunLayout
-from sead.run.paired import paired_comparison, validation_outcomes
+from sead.run.paired import held_out_outcomes, paired_comparison
 from sead.scenario.tags import AGENT_READING_VERSION
+from sead.stats import mcnemar_exact, wilson_interval
 from sead.usersim.rules import READING_VERSION
 
 QUICK_STEPS, QUICK_DIALOGUES = 2, 3 * 2  # --quick: 2 GRPO steps, 3 held-out profiles x 2 trials
@@ -81,24 +82,24 @@ def test_pairing_refuses_sets_that_are_not_the_same_dialogues():
         paired_comparison(a, other_users)
 
 
-def test_validation_outcomes_are_keyed_by_profile_and_trial_from_the_episode_id(tmp_path):
+def test_held_out_outcomes_are_keyed_by_profile_and_trial_from_the_episode_id(tmp_path):
     def record(episode_id: str, success: bool, end_reason: str = "user_success") -> str:
         meta = {"episode_id": episode_id}
         return json.dumps({"profile": {"trust": 1}, "success": success, "end_reason": end_reason, "meta": meta})
 
     path = tmp_path / "iter_000.jsonl"
     path.write_text("\n".join([record("val12-1", True), record("val3-0", False, "sim_error")]) + "\n")
-    got = validation_outcomes(path)
+    got = held_out_outcomes(path)
     assert got == {
         (12, 1): {"profile": {"trust": 1}, "success": True},
         (3, 0): {"profile": {"trust": 1}, "success": None},
     }
     path.write_text(record("s1-p0-r0", True) + "\n")  # a training rollout, not a held-out dialogue
-    with pytest.raises(ValueError, match="not a validation dialogue"):
-        validation_outcomes(path)
+    with pytest.raises(ValueError, match="not a held-out dialogue id"):
+        held_out_outcomes(path)
     path.write_text(record("val1-0", True) + "\n" + record("val1-0", False) + "\n")
     with pytest.raises(ValueError, match="appears twice"):
-        validation_outcomes(path)
+        held_out_outcomes(path)
 
 
 # -- the held-out set -------------------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def test_comparisons_are_exact_mcnemar_tests_on_the_arms_own_dialogues(quick):
     for (a, b), c in pairs.items():
         files = (Path(played[name]["dialogues"]) for name in (a, b))
         assert {k: v for k, v in c.items() if k not in ("a", "b", "measures")} == paired_comparison(
-            *map(validation_outcomes, files)
+            *map(held_out_outcomes, files)
         )
         assert c["pairs"] == QUICK_DIALOGUES and c["p_mcnemar"] == mcnemar_exact(c["only_a"], c["only_b"])
     claim = pairs["grpo_fixed", "warmup_only"]
@@ -271,7 +272,7 @@ def test_a_rerun_reuses_finished_phases_and_refuses_one_run_with_other_settings(
     with pytest.raises(SystemExit, match=r"base was run with other settings \(reward.format 0.1 -> 0.3"):
         script.main(["--quick", "--out", str(out), "reward.format=0.3"])
     # a phase played against another user simulator (the rules' dynamics changed since) is not reused either,
-    # nor one whose agent turns were read by older rules (session 48 made a second </response> malformed), nor one
+    # nor one whose agent turns were read by older rules (a second </response> is malformed since 2026-11-28), nor one
     # resumed under older rules on the way (resume_allow_changes)
     base = RunLayout(out / "base")
     saved = base.usersim
@@ -363,7 +364,7 @@ def test_a_run_can_be_finished_elsewhere_from_the_earlier_results(script, quick,
         script.collect(later, altered(lambda base: base["user_simulator"]["dynamics"].update(substance_words=0)))
     with pytest.raises(SystemExit, match=r"different user simulators \(one was measured before"):
         script.collect(later, altered(lambda base: base.pop("user_simulator")))
-    # or against the same rules file read by an older reading of replies (session 20 closed holes in code alone)
+    # or against the same rules file read by an older reading of replies (2026-11-25's closed holes in code alone)
     older = READING_VERSION - 1
     with pytest.raises(SystemExit, match=rf"different user simulators .*reading {older} -> {READING_VERSION}"):
         script.collect(later, altered(lambda base: base["user_simulator"].update(reading=older)))

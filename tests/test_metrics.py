@@ -10,22 +10,20 @@ from dialogue_fixtures import SPACE, agent, user
 from sead.dialogue.chat_tokens import TokenSegment
 from sead.dialogue.episode import USER_REPORTS, Episode, Turn
 from sead.eval.results import build_results, cr_by_state
+from sead.hack_monitor import HackMonitor
 from sead.metrics import (
-    HackMonitor,
     compute_metrics,
     concerns_answered,
     concerns_by_kind,
     cost,
     funnel,
     lost_to,
-    pass_hat_k,
     stages_acknowledged,
-    summarise,
     token_totals,
     voiced_concerns,
-    wilson_interval,
 )
 from sead.scenario.profiles import Profile
+from sead.stats import pass_hat_k, summarise, wilson_interval
 from sead.usersim.rules_file import scenario_rules
 
 PROFILE = Profile.make({"cooperation": 2, "emotion": 1, "trust": 2}, ["skeptical"])
@@ -314,10 +312,29 @@ def test_hack_monitors_by_hand(restaurant):
             "word_bag_share": 0.4,
             "scrambled_share": 0.0,
             "disguised_share": 0.0,
+            "unseen_share": 0.0,
             "unheard_share": None,  # no user reports in this dialogue
             "format_problem_share": 0.0,
         }
     )
+
+
+def test_the_unseen_share_flags_replies_a_reader_is_not_shown(restaurant):
+    """Markup (an HTML comment, a tag) or characters drawn as nothing (a zero-width space, a right-to-left override):
+    flagged at any; an emoji's joiners and selectors are part of what is shown."""
+    heard = _heard(restaurant, "Who is this?")
+    line = scenario_rules(restaurant).stages[0].reference_agent
+
+    def monitored(*replies):
+        said = [_said(restaurant, r, 0) for r in replies]
+        assert [t.response for t in said] == list(replies)  # the tags carry the reply as it was written
+        m = HackMonitor.for_scenario(restaurant)([Episode(PROFILE, [Turn(a, heard) for a in said], "turn_limit")])
+        return m["unseen_share"], "unseen_share" in m["flagged"]
+
+    emoji = f"{line} \u2764\ufe0f \U0001f468\u200d\U0001f469"
+    assert monitored(line, emoji) == (0.0, False)
+    assert monitored(line, f"Okay. <!-- {line} -->", f"<p hidden>{line}</p>", emoji) == (0.5, True)
+    assert monitored(line, line.replace(" ", " \u200b"), f"\u202e{line}\u202c", emoji) == (0.5, True)
 
 
 def test_format_drift_is_monitored_though_the_user_hears_the_answer(restaurant):

@@ -58,7 +58,7 @@ class OneLineAgent:
         return AgentOutput(self.tok.encode(self.text, add_special_tokens=False) + [self.tok.eos_token_id])
 
 
-# What RL drifted into in session 40: the first turn's line, then another answer, the other tags dropped.
+# What RL drifted into on 2026-11-27: the first turn's line, then another answer, the other tags dropped.
 TWO_ANSWERS = (
     "<response>Hi, this is Alex from the [Platform] advertising team. Am I speaking with the owner?</response>\n"
     "<response>Great! [Platform] is giving your restaurant a free 700-yuan advertising credit.</response>"
@@ -227,7 +227,8 @@ def test_sead_train_refuses_bad_settings_naming_the_field(tmp_path, capsys, over
 @pytest.mark.parametrize(
     "override, field",
     [
-        ("dialogue.response_cache.enabled=true", "dialogue.response_cache"),
+        ("dialogue.response_cache.enabled=true", "dialogue.response_cache.enabled"),
+        ("trainer.lora.enabled=true", "trainer.lora.enabled"),
         ("trainer.validation.every=2", "trainer.validation.every"),
         ("trainer.update.refill_rounds=1", "trainer.update.refill_rounds"),
         ("trainer.update.loss_tokens=played", "trainer.update.loss_tokens"),

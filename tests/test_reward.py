@@ -207,24 +207,50 @@ def test_sim_error_gives_no_reward():
     )
 
 
-def test_the_runner_keeps_the_users_stage_reports_so_real_dialogues_earn_stage_progress(tmp_path, restaurant):
-    """Through `run_episode` (as training and eval play), not a hand-built episode: the scripted user's reports
-    reach Episode.meta, so an agent that moves through the SOP earns progress and the tag-only one does not."""
-    from sead.cli.main import main
-    from sead.dialogue import read_rollouts
+def test_the_runner_keeps_the_users_stage_reports_so_real_dialogues_earn_stage_progress(
+    tmp_path, restaurant, smollm_tokenizer
+):
+    """Through `sead eval` and `run_episode` (as training and eval play), not a hand-built episode: the scripted
+    user's reports reach Episode.meta, so an agent that moves through the SOP earns progress and the tag-only one
+    (an adversary, played by the runner directly: `sead eval` offers no test agents) does not."""
+    import asyncio
 
-    progress = {}
-    for name in ("reference", "tag_only"):
-        assert (
-            main(
-                ["eval", f"scripted:{name}", f"eval.out_dir={tmp_path}", f"eval.testset_dir={tmp_path}", "eval.limit=6"]
-            )
-            == 0
+    from sead.cli.main import main
+    from sead.dialogue import RunnerConfig, read_rollouts, run_episode
+    from sead.eval.testset import sample_testset
+    from sead.testing.adversarial_agents import TagOnlyAgent
+    from sead.usersim.scripted import ScriptedUserSimulator
+
+    assert (
+        main(["eval", "scripted:reference", f"eval.out_dir={tmp_path}", f"eval.testset_dir={tmp_path}", "eval.limit=6"])
+        == 0
+    )
+    played = {
+        "reference": [Episode.from_dict(r) for r in read_rollouts(tmp_path / "scripted-reference" / "dialogues.jsonl")]
+    }
+    tag_only, user = TagOnlyAgent(restaurant, smollm_tokenizer), ScriptedUserSimulator(restaurant)
+    played["tag_only"] = [
+        Episode.from_dict(
+            asyncio.run(
+                run_episode(
+                    p,
+                    scenario=restaurant,
+                    agent=tag_only,
+                    user=user,
+                    tokenizer=smollm_tokenizer,
+                    cfg=RunnerConfig(),
+                    seed=i,
+                )
+            ).to_dict()
         )
-        episodes = [Episode.from_dict(r) for r in read_rollouts(tmp_path / f"scripted-{name}" / "dialogues.jsonl")]
+        for i, p in enumerate(sample_testset(restaurant, 6, seed=1))
+    ]
+    progress = {}
+    for name, episodes in played.items():
         assert all(len(e.meta[USER_REPORTS]) == sum(t.user is not None for t in e.turns) for e in episodes)
         progress[name] = max(stage_progress(e, len(restaurant.stages)) for e in episodes)
     assert progress["reference"] >= 0.5 and progress["tag_only"] == 0.0
+    assert max(max(t.agent.stage for t in e.turns) for e in played["tag_only"]) >= 1  # its tags do count up
 
 
 def test_stage_progress_with_a_simulator_that_reports_no_stages_is_called_out(caplog):

@@ -10,7 +10,8 @@ from test_trainer_update import make_sequence
 
 from sead.trainer.rollout_correction import RolloutMismatch
 from sead.trainer.schema import UpdateConfig
-from sead.trainer.update import Updater, masked_logprobs
+from sead.trainer.scoring import masked_logprobs
+from sead.trainer.update import Updater
 
 
 def test_weights_are_capped_ratios_and_sequences_without_rollout_numbers_weigh_one():

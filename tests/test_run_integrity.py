@@ -1,4 +1,4 @@
-"""What a run directory promises (README, "A run directory"), measured on the tiny model: damaged checkpoints are
+"""What a run directory promises (docs/architecture.md), measured on the tiny model: damaged checkpoints are
 skipped with a warning naming what is wrong, no NaN reaches a checkpoint or metrics.jsonl, one writer per run
 directory, a resume cannot quietly change the settings, Ctrl-C leaves a resumable run, torn metrics lines are
 skipped, a dead user simulator fails before the model loads, and the warm-up's reference CR ignores simulator

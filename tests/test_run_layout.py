@@ -1,4 +1,4 @@
-"""The run directory's layout is a promise to users (README, "A run directory") and to every reader of a run, so
+"""The run directory's layout is a promise to users (docs/architecture.md) and to every reader of a run, so
 its paths are pinned here, spelled out once; everything else, code and tests, builds them through RunLayout."""
 
 import json

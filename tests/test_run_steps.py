@@ -103,7 +103,7 @@ def test_finish_step_feeds_the_controller_and_records_the_step(tmp_path, restaur
 
 
 def test_the_step_record_carries_the_hack_monitors_when_given(tmp_path, restaurant, played):
-    from sead.metrics import HackMonitor
+    from sead.hack_monitor import HackMonitor
 
     _, _, episodes = played
     layout = RunLayout(tmp_path / "run")

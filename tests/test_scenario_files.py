@@ -170,8 +170,8 @@ def test_compact_prompt_has_a_rule_satisfying_answer_for_every_concern(restauran
     """The compact prompt's FAQ ("- cue words? answer") is only useful to a small model if copying a line answers
     the concern in the scripted user's eyes: each category needs a line whose answer resolves it, and no answer
     may contradict the offer's facts."""
-    from sead.usersim.rules import matches_any, normalise
     from sead.usersim.rules_file import scenario_rules
+    from sead.usersim.visible_text import matches_any, normalise
 
     rules = scenario_rules(restaurant)
     prompt = build_scenario(load_config(["scenario.agent_prompt=configs/format_prompt/call_chatbot_compact.txt"]))

@@ -18,9 +18,10 @@ from sead.errors import SEADInputError
 from sead.policy.scripted import ReferenceAgent, SOPIgnoringAgent
 from sead.scenario import Profile
 from sead.usersim import Exchange
-from sead.usersim.rules import READING_VERSION, Dynamics, normalise
+from sead.usersim.rules import READING_VERSION, Dynamics
 from sead.usersim.rules_file import load_rules
 from sead.usersim.scripted import ScriptedUserSimulator
+from sead.usersim.visible_text import normalise
 
 LEVELS = {  # value lists are sampled per profile
     "easy": {"cooperation": [3], "emotion": [2], "trust": [4]},
@@ -280,6 +281,19 @@ def test_bad_rules_file_names_file_and_field(tmp_path, restaurant_rules, mutate,
     with pytest.raises(SEADInputError) as e:
         load_rules(path, scenario.stages, scenario.library.categories)
     assert e.value.path == path and e.value.field == field and str(path) in str(e.value)
+
+
+def test_a_phrase_inside_a_longer_word_of_another_concern_is_no_overlap(tmp_path, restaurant_rules):
+    """Phrases are heard as whole words, so "illegitimate" (here an answer to one concern) and "legitimate" (one to
+    another) never count as one another: the file is accepted; a phrase holding another's whole words is refused
+    (test_bad_rules_file_names_file_and_field)."""
+    scenario, data = restaurant_rules
+    data = yaml.safe_load(yaml.safe_dump(data))
+    data["concerns"]["Suitability_Doubts"]["resolved_by"].append("illegitimate")
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(data))
+    rules = load_rules(path, scenario.stages, scenario.library.categories)
+    assert "illegitimate" in rules.concerns["Suitability_Doubts"].resolved_by
 
 
 def test_missing_rules_file_or_unknown_behaviour_is_refused(restaurant_rules):

@@ -24,7 +24,7 @@ from sead.eval.testset import sample_testset
 from sead.policy.scripted import ReferenceAgent
 from sead.run.layout import RunLayout
 from sead.trainer.loop import train
-from sead.verl_backend.episode_io import load_context, play_row
+from sead.verl_backend.episode_io import RunPlays, load_context, play_row
 from sead.verl_backend.outer_loop import VerlTrainer
 
 
@@ -120,22 +120,13 @@ def test_both_backends_seed_a_training_rollout_alike(embedded_run, tmp_path, smo
     ctx = load_context(verl_run.config)
     agent = ReferenceAgent(ctx.scenario, smollm_tokenizer)
     seeds = {}
+    plays = RunPlays(tmp_path / "plays", steps_per_iteration=1, validations=(), group_size=2, val_trials=1)
     for i in range(2):
-        for k in range(2):
+        for k in range(2):  # the row's k-th play in its step is its k-th rollout
             record = embedded[f"s1-p{i}-r{k}"]
-            row = {"index": i, "split": "train", "profile": json.dumps(record["profile"])}
+            row = {"split": "train", "step": 1, "group": i, "profile": json.dumps(record["profile"])}
             ep, _ = asyncio.run(
-                play_row(
-                    ctx,
-                    agent,
-                    smollm_tokenizer,
-                    extra_info=row,
-                    step=1,
-                    session=k,
-                    group_size=2,
-                    steps_per_iteration=1,
-                    response_length=4096,
-                )
+                play_row(ctx, agent, smollm_tokenizer, extra_info=row, plays=plays, response_length=4096)
             )
             assert ep.meta["seed"] == record["meta"]["seed"]
             seeds[i, k] = ep.meta["seed"]

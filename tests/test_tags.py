@@ -33,7 +33,7 @@ def test_missing_tags_are_reported_not_raised(schema):
 def test_a_turn_with_two_responses_has_none(schema):
     portrait = {"cooperation": 2, "emotion": 1, "trust": 3, "noise": 0}
     one = schema.format_agent("Hi, this is Alex.", portrait, 0, 0)
-    drifted = (  # one opening, answers closed inside the score tags: what a run drifted into (session 48)
+    drifted = (  # one opening, answers closed inside the score tags: what a run drifted into (2026-11-28)
         "<response>Hi, this is Alex.</response>\n<cooperation_score>Totally fair to ask.</response>\n"
         "<cooperation_score>Yes, this is Alex.</response>"
     )

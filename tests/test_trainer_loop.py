@@ -140,7 +140,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
 
 def test_a_run_killed_while_validating_its_last_step_resumes_there_and_validates(tmp_path, monkeypatch):
     """Each checkpoint is written before the validation after it: a run killed while validating its last step
-    (session 55: the kernel's OOM killer, twelve steps lost with the old order) resumes at that step, validates it
+    (2026-11-29: the kernel's OOM killer, twelve steps lost with the old order) resumes at that step, validates it
     and trains nothing again."""
     run = tmp_path / "run"
     settings = [*TINY, "trainer.iterations=2", "trainer.save_every=5", f"run_dir={run}"]

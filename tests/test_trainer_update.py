@@ -10,7 +10,8 @@ import torch
 from sead.trainer.estimators import Sequence
 from sead.trainer.losses import clipped_policy_loss, grpo_advantages, low_var_kl
 from sead.trainer.schema import UpdateConfig
-from sead.trainer.update import Updater, masked_logprobs
+from sead.trainer.scoring import masked_logprobs
+from sead.trainer.update import Updater
 
 
 def test_grpo_advantages_by_hand():
@@ -236,7 +237,7 @@ def test_ppo_update_trains_a_value_head_toward_the_returns(tiny):
 
 
 def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_gradient_and_runs_the_prompt_once(tiny):
-    from sead.trainer.update import shared_prompt_length
+    from sead.trainer.batching import shared_prompt_length
 
     model, _ = tiny
     torch.manual_seed(3)
@@ -272,7 +273,7 @@ def test_shared_prompt_forward_gives_the_full_forward_logprobs_and_gradient_and_
 
 
 def test_micro_batches_keep_a_branched_group_together_and_whole_dialogues_by_length():
-    from sead.trainer.update import micro_batches, shared_prompt_length
+    from sead.trainer.batching import micro_batches, shared_prompt_length
 
     torch.manual_seed(5)
     sop = torch.randint(5, 400, (30,))
@@ -307,7 +308,7 @@ def test_micro_batches_keep_a_branched_group_together_and_whole_dialogues_by_len
 
 
 def test_mini_batches_are_consecutive_whole_dialogues_of_about_equal_tokens():
-    from sead.trainer.update import mini_batches
+    from sead.trainer.batching import mini_batches
 
     # (episode, length): episode 1 has two segments, episode 3 three
     shape = [(0, 100), (1, 60), (1, 50), (2, 90), (3, 30), (3, 40), (3, 20), (4, 110), (5, 100)]

@@ -13,7 +13,7 @@ from test_decode_step import llama
 
 from sead.models import decode_kernel, training_attention
 from sead.trainer.estimators import Sequence
-from sead.trainer.update import masked_logprobs
+from sead.trainer.scoring import masked_logprobs
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,7 @@ from sead.config import load_config
 from sead.dialogue.runner import run_episode
 from sead.policy.scripted import ReferenceAgent
 from sead.verl_backend.agent_loop import AGENT_NAME, SEADDialogueAgentLoop
+from sead.verl_backend.dataset import training_rows
 from sead.verl_backend.episode_io import extra_fields, load_context
 from sead.verl_backend.launcher import compose_verl_config
 from sead.verl_backend.outer_loop import VerlTrainer
@@ -72,23 +73,28 @@ def test_the_verl_symbols_the_adapter_relies_on():
     assert _agent_loop_registry[AGENT_NAME]["_target_"] == "sead.verl_backend.agent_loop.SEADDialogueAgentLoop"
 
 
-def test_agent_loop_in_verl_worker_matches_the_embedded_runner(tmp_path):
+@pytest.mark.parametrize("v1_step", [None, 1], ids=["legacy_trainer", "v1_trainer"])
+def test_agent_loop_in_verl_worker_matches_the_embedded_runner(tmp_path, v1_step):
+    """What either of verl's trainers hands the workers: the legacy one passes nothing but the rows (the step and
+    each play's place in its group come from SEAD's rows and play count), the V1 one also its own step and session
+    index, which the loop does not need."""
     cfg, scenario = verl_run_config(tmp_path)
-    trainer, config = trainer_and_verl_config(cfg, "actor_rollout_ref.rollout.n=1")
+    trainer, config = trainer_and_verl_config(cfg, "actor_rollout_ref.rollout.n=2")
     ctx = load_context(trainer.layout.config)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     server = ChatMLServer(scenario, tokenizer, TokenOutput)
     worker = AgentLoopWorker(config, llm_client=server, reward_loop_worker_handles=None)
-    step = 3  # what the V1 worker passes as global_steps; session_id is the rollout's index in its group
-    batch = agent_loop_batch(trainer._rows(trainer.controller.sample(3), "train"), step=step)
+    step = 3  # a SEAD step of a later iteration: verl's own count would start at 1
+    rows = training_rows({step: trainer.controller.sample(3)}, **trainer.row_format)
+    batch = agent_loop_batch(rows, n=2, v1_step=v1_step)
     out = asyncio.run(worker.generate_sequences(batch))
 
-    embedded = assert_matches_embedded_runner(out, batch, ctx=ctx, tokenizer=tokenizer, step=step, n=1)
-    assert len(embedded) == 3
+    embedded = assert_matches_embedded_runner(out, batch, ctx=ctx, tokenizer=tokenizer, step=step, n=2)
+    assert len(embedded) == 6
     assert max(len(ep.turns) for ep in embedded) >= 2  # user turns (mask 0) sit between agent turns somewhere
     # Every request the fake server saw was a prompt the embedded runner builds (ids, not re-tokenised text).
     assert all(r["sampling_params"]["max_tokens"] == cfg.dialogue.max_new_tokens for r in server.requests)
-    assert len({r["request_id"] for r in server.requests}) == 3
+    assert len({r["request_id"] for r in server.requests}) == 6
 
 
 def test_reward_function_through_verls_reward_manager(tmp_path):
@@ -137,17 +143,22 @@ def test_reward_function_through_verls_reward_manager(tmp_path):
         get_custom_reward_fn(config)("other", "text", "", {"index": 0})
 
 
-@pytest.mark.parametrize("preset,gpus,mini_batches", [("gpu8", 6, 4), ("gpu1", 1, 1)])
-def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, preset, gpus, mini_batches):
+@pytest.mark.parametrize(
+    "preset,gpus,mini_batches,use_v1", [("gpu8", 6, 4, True), ("gpu1", 1, 1, True), ("gpu1", 1, 1, False)]
+)
+def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, preset, gpus, mini_batches, use_v1):
+    """Under either of verl's trainers: the V1 one (0.9.1's default) or the legacy one (`verl.use_v1=false`, the
+    only one on verl's development branch)."""
     run = tmp_path / "run"
     settings = [f"preset={preset}", "usersim=scripted", f"model.path={tmp_path}", f"run_dir={run}"]
-    cfg = load_config([*settings, f"trainer.update.mini_batches={mini_batches}"])
+    cfg = load_config([*settings, f"trainer.update.mini_batches={mini_batches}", f"verl.use_v1={use_v1}"])
     trainer = VerlTrainer(cfg, runner=None)
     config = compose_verl_config(trainer.prepare_iteration(0))
     OmegaConf.resolve(config)  # every interpolation, ours and verl's, resolves
     validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     tc = trainer.tc
+    assert config.trainer.use_v1 is use_v1
     assert config.trainer.n_gpus_per_node == gpus and not need_critic(config) and need_reference_policy(config)
     assert rollout.n == tc.rollouts_per_profile and rollout.temperature == tc.sampling.temperature
     assert config.data.train_batch_size == tc.profiles_per_step
@@ -165,6 +176,7 @@ def test_overrides_compose_with_verls_config_and_pass_its_validation(tmp_path, p
     assert config.reward.custom_reward_function.reward_kwargs.sead_config == str(trainer.layout.config)
     loops = yaml.safe_load(open(config.actor_rollout_ref.rollout.agent.agent_loop_config_path))
     assert loops[0]["name"] == AGENT_NAME and loops[0]["sead_config"] == str(trainer.layout.config)
+    assert loops[0]["validations"] == [0, 1] and loops[0]["steps_per_iteration"] == tc.steps_per_iteration
     if preset == "gpu8":  # the issue's numbers
         assert (rollout.n, tc.profiles_per_step, tc.update.lr, rollout.temperature) == (8, 60, 1e-6, 1.2)
         assert config.actor_rollout_ref.actor.kl_loss_type == "low_var_kl" and cfg.dialogue.max_turns == 15

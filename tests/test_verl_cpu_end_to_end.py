@@ -35,9 +35,10 @@ from verl_fakes import (
 )
 
 from sead.verl_backend.agent_loop import AGENT_NAME
+from sead.verl_backend.dataset import training_rows
 from sead.verl_backend.episode_io import load_context
 
-STEP, GROUP = 1, 2  # the batch's global step; rollouts per profile (GRPO needs two to have an advantage)
+STEP, GROUP = 1, 2  # the rows' SEAD step; rollouts per profile (GRPO needs two to have an advantage)
 # The training engine's worker runs verl on the CPU platform (verl_fakes.use_cpu_training_engine); the plugin check
 # asks for the same environment so that Ray can hand that worker on instead of starting (and importing) another.
 CPU_WORKER = {"env_vars": {"VERL_PLATFORM": "cpu"}}
@@ -122,7 +123,7 @@ def rollout(run, cluster):
         llm_client=ChatMLServer(scenario, tokenizer, TokenOutput),
         reward_loop_worker_handles=rewards.reward_loop_worker_handles,
     )
-    batch = agent_loop_batch(trainer._rows(trainer.controller.sample(1), "train"), step=STEP, n=GROUP)
+    batch = agent_loop_batch(training_rows({STEP: trainer.controller.sample(1)}, **trainer.row_format), n=GROUP)
     return batch, agents.generate_sequences(batch)
 
 

@@ -4,6 +4,7 @@ tested on CPU in seconds. (What runs inside verl is tested in test_verl_backend.
 
 import asyncio
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ from sead.run.checkpoints import latest_checkpoint
 from sead.run.layout import RunLayout
 from sead.run.lock import run_dir_lock
 from sead.run.manifest import manifest_problem
-from sead.verl_backend.episode_io import load_context, play_row
+from sead.verl_backend.episode_io import RunPlays, dialogue_of_row, load_context, play_row
 from sead.verl_backend.launcher import check_sead_config, verl_settings
 from sead.verl_backend.outer_loop import VerlTrainer, train_with_verl
 from sead.verl_backend.preflight import check_gpus, gpu_plan
@@ -51,8 +52,14 @@ class FakeVerl:
     def __call__(self, overrides, env, log_file):
         o = dict(x.lstrip("+").split("=", 1) for x in overrides)
         self.runs.append(o)
-        spi, batch, n = (
-            int(o[k]) for k in ("trainer.total_training_steps", "data.train_batch_size", "actor_rollout_ref.rollout.n")
+        spi, batch, n, trials = (
+            int(o[k])
+            for k in (
+                "trainer.total_training_steps",
+                "data.train_batch_size",
+                "actor_rollout_ref.rollout.n",
+                "actor_rollout_ref.rollout.val_kwargs.n",
+            )
         )
         loop = yaml.safe_load(open(o["actor_rollout_ref.rollout.agent.agent_loop_config_path"]))[0]
         # agent loop and reward read one config: the one in effect (a resume may have its own file)
@@ -60,13 +67,15 @@ class FakeVerl:
         ctx = load_context(loop["sead_config"])
         tok = AutoTokenizer.from_pretrained(o["actor_rollout_ref.model.path"])
         agent = ReferenceAgent(ctx.scenario, tok)
+        plays = RunPlays(Path(loop["plays_file"]), loop["steps_per_iteration"], tuple(loop["validations"]), n, trials)
         train = pd.read_parquet(o["data.train_files"]).to_dict("records")
         val = pd.read_parquet(o["data.val_files"]).to_dict("records")
-        plays = [(0, val, 1)] if o["trainer.val_before_train"] == "True" else []
-        plays += [(s, train[(s - 1) * batch : s * batch], n) for s in range(1, spi + 1)] + [(spi, val, 1)]
+        # as verl's legacy trainer plays them: the rows alone, each n times (validation: trials times)
+        rounds = [(val, trials)] if o["trainer.val_before_train"] == "True" else []
+        rounds += [(train[(s - 1) * batch : s * batch], n) for s in range(1, spi + 1)] + [(val, trials)]
 
         async def play_all():
-            for step, rows, group in plays:
+            for rows, times in rounds:
                 await asyncio.gather(
                     *(
                         play_row(
@@ -74,14 +83,11 @@ class FakeVerl:
                             agent,
                             tok,
                             extra_info=r["extra_info"],
-                            step=loop["step_offset"] + step,
-                            session=k,
-                            group_size=group,
-                            steps_per_iteration=loop["steps_per_iteration"],
+                            plays=plays,
                             response_length=int(o["data.max_response_length"]),
                         )
                         for r in rows
-                        for k in range(group)
+                        for _ in range(times)
                     )
                 )
 
@@ -142,6 +148,28 @@ def test_outer_loop_writes_the_embedded_run_layout_and_feeds_the_controller(tmp_
         VerlTrainer(OmegaConf.merge(cfg, {"resume": True, "trainer": {"profiles_per_step": 3}}), runner=fake)
     with run_dir_lock(run), pytest.raises(SEADInputError, match=f"PID {os.getpid()}"):
         train_with_verl(OmegaConf.merge(cfg, {"resume": True}), runner=fake)
+
+
+def _claims(path, row, times):
+    plays = RunPlays(path, 1, (1,), 1, 1)
+    return [plays.claim(row) for _ in range(times)]
+
+
+def test_each_play_of_a_row_is_its_own_dialogue_with_nothing_but_the_row(tmp_path):
+    """verl's legacy trainer hands the agent loop the row alone, n times: the row says its step and its place among
+    the step's profiles, the count of its plays so far its rollout (validation: which validation, which trial)."""
+    plays = RunPlays(tmp_path / "plays.txt", steps_per_iteration=2, validations=(0, 1), group_size=3, val_trials=2)
+    row = {"index": 7, "split": "train", "step": 4, "group": 1, "profile": "{}"}
+    ids = [dialogue_of_row(row, plays.claim(row), plays).episode_id for _ in range(3)]
+    assert ids == ["train-s4-p1-r0", "train-s4-p1-r1", "train-s4-p1-r2"]
+    assert plays.claim({**row, "group": 2}) == 0 and plays.claim({**row, "step": 5}) == 0
+    val = {"index": 0, "split": "val", "group": 0, "profile": "{}"}
+    played = [dialogue_of_row(val, plays.claim(val), plays) for _ in range(4)]
+    assert [(d.step, d.session) for d in played] == [(0, 0), (0, 1), (2, 0), (2, 1)]  # before training, then after
+    # agent-loop workers are processes of their own: their claims on one row never collide
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        claimed = pool.starmap(_claims, [(tmp_path / "shared.txt", row, 25)] * 4)
+    assert sorted(sum(claimed, [])) == list(range(100))
 
 
 @pytest.mark.parametrize(

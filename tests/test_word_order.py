@@ -4,8 +4,8 @@ and words put side by side where English never puts them do not."""
 import pytest
 from scripted_play import SCENARIOS, scenario_named
 
-from sead.usersim.rules import words_of
 from sead.usersim.rules_file import scenario_rules
+from sead.usersim.visible_text import words_of
 from sead.usersim.word_order import KnownLine, misplaced_pairs, scrambled, takes_apart
 
 

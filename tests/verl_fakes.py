@@ -98,31 +98,37 @@ def trainer_and_verl_config(cfg, *overrides: str):
     return trainer, compose_verl_config([*trainer.prepare_iteration(0), *overrides])
 
 
-def agent_loop_batch(rows: list[dict], *, step: int, n: int = 1):
-    """What verl's V1 trainer hands the agent-loop workers: every dataset row n times in a row (session_id 0..n-1,
-    its place in the group), with the training step as global_steps."""
+def agent_loop_batch(rows: list[dict], *, n: int = 1, v1_step: int | None = None):
+    """What verl's trainers hand the agent-loop workers: every dataset row n times in a row, with the row's `index`
+    and a `uid` per row. Its legacy trainer passes nothing else; its V1 trainer (`v1_step`: the step of its own
+    count) also passes `global_steps` and `session_id`, the play's place in its group."""
     import numpy as np
     import torch
     from verl import DataProto
 
-    plays = [(i, row, k) for i, row in enumerate(rows) for k in range(n)]
+    plays = [(row, k) for row in rows for k in range(n)]
 
     def column(values):
         out = np.empty(len(plays), dtype=object)
         out[:] = values
         return out
 
+    v1 = (
+        {}
+        if v1_step is None
+        else {"global_steps": np.full(len(plays), v1_step), "session_id": np.array([k for _, k in plays])}
+    )
     return DataProto.from_dict(
         tensors={"dummy": torch.zeros(len(plays), 1)},
         non_tensors={
-            "raw_prompt": column([r["prompt"] for _, r, _ in plays]),
-            "extra_info": column([r["extra_info"] for _, r, _ in plays]),
-            "reward_model": column([r["reward_model"] for _, r, _ in plays]),
-            "data_source": column([r["data_source"] for _, r, _ in plays]),
-            "agent_name": column([r["agent_name"] for _, r, _ in plays]),
-            "index": np.array([i for i, _, _ in plays]),
-            "session_id": np.array([k for _, _, k in plays]),
-            "global_steps": np.full(len(plays), step),
+            "raw_prompt": column([r["prompt"] for r, _ in plays]),
+            "extra_info": column([r["extra_info"] for r, _ in plays]),
+            "reward_model": column([r["reward_model"] for r, _ in plays]),
+            "data_source": column([r["data_source"] for r, _ in plays]),
+            "agent_name": column([r["agent_name"] for r, _ in plays]),
+            "index": np.array([r["extra_info"]["index"] for r, _ in plays]),
+            "uid": column([f"uid-{r['extra_info']['index']}" for r, _ in plays]),
+            **v1,
         },
     )
 
@@ -139,9 +145,10 @@ def episode_reward(ep, ctx) -> float:
 
 
 def assert_matches_embedded_runner(out, batch, *, ctx, tokenizer, step: int, n: int) -> list:
-    """Each trajectory of verl's output (`out`, for `batch`) carries the ids, loss mask and log-probs the embedded
-    runner yields when the reference agent plays the same row with the same seed, and its rollout record and
-    extra fields say the same. Returns the embedded episodes, in batch order."""
+    """Each trajectory of verl's output (`out`, for `batch`, rows of SEAD step `step`) carries the ids, loss mask and
+    log-probs the embedded runner yields when the reference agent plays the same row with the same seed, and its
+    rollout record and extra fields say the same; the n plays of a row are the n rollouts of its group. Returns the
+    embedded episodes, in batch order."""
     import torch
 
     path = ctx.layout.rollouts(step)
@@ -149,11 +156,13 @@ def assert_matches_embedded_runner(out, batch, *, ctx, tokenizer, step: int, n: 
     assert len(records) == len(batch)
     n_prompt = len(ctx.first_prompt(tokenizer))
     width = out.batch["responses"].shape[1]
-    episodes = []
-    rows = zip(batch.non_tensor_batch["extra_info"], batch.non_tensor_batch["session_id"])
-    for j, (info, session) in enumerate(rows):
-        i = int(info["index"])
-        rec = records[f"train-s{step}-p{i}-r{session}"]
+    episodes, sessions = [], {}
+    for j, info in enumerate(batch.non_tensor_batch["extra_info"]):
+        rec = out.non_tensor_batch["sead_episode"][j]
+        group, session = int(info["group"]), int(rec["meta"]["episode_id"].rsplit("-r", 1)[1])
+        assert rec["meta"]["episode_id"] == f"train-s{step}-p{group}-r{session}" and info["step"] == step
+        assert rec["meta"]["episode_id"] in records
+        sessions.setdefault(group, []).append(session)
         profile = Episode.from_dict(rec).profile
         assert profile.to_dict() == json.loads(info["profile"])
         agent = ReferenceAgent(ctx.scenario, tokenizer)
@@ -165,7 +174,7 @@ def assert_matches_embedded_runner(out, batch, *, ctx, tokenizer, step: int, n: 
                 user=ctx.user,
                 tokenizer=tokenizer,
                 cfg=ctx.runner_cfg,
-                seed=train_episode_seed(int(ctx.cfg.seed), step, i, int(session), n),
+                seed=train_episode_seed(int(ctx.cfg.seed), step, group, session, n),
             )
         )
         seg = embedded.segments[0]
@@ -185,6 +194,7 @@ def assert_matches_embedded_runner(out, batch, *, ctx, tokenizer, step: int, n: 
         assert out.non_tensor_batch["sead_turns"][j] == len(embedded.turns)
         assert out.non_tensor_batch["sead_profile"][j] == profile.to_dict()
         episodes.append(embedded)
+    assert all(sorted(s) == list(range(n)) for s in sessions.values())  # each group's rollouts, each once
     return episodes
 
 

@@ -9,18 +9,33 @@ from omegaconf import DictConfig
 from rich.table import Table
 
 from sead.cli.registry import command, console
-from sead.config import ProfilesConfig, build_controller, build_scenario, project_root, to_schema
+from sead.config import (
+    SHIPPED_CONFIG_DIR,
+    ProfilesConfig,
+    build_controller,
+    build_scenario,
+    needs_rules,
+    project_root,
+    to_schema,
+)
 from sead.errors import SEADInputError
 
 
 @command(
     "scenario",
     "check",
-    help="validate the selected scenario (prompts, behaviours, profile space), summarise it",
+    help="validate the selected scenario (prompts, behaviours, profile space, rules file), summarise it",
     args={"[--json]": "print the summary as JSON"},
 )
 def scenario_check(cfg: DictConfig, args: list[str]) -> int:
-    scenario = build_scenario(cfg)
+    scenario = build_scenario(cfg)  # reads and checks every file the scenario names, the rules file included
+    readers = needs_rules(cfg)
+    if scenario.rules_path is None and readers:
+        raise SEADInputError(
+            f"scenario {scenario.name!r} has no rules file, and {' and '.join(readers)} read one: set `rules:` in "
+            "its config (sead scenario new NAME writes a scenario with one to copy from)",
+            field="scenario.rules",
+        )
     controller = build_controller(cfg, scenario)
     example = controller.sample(1)[0]
     scenario.user_system_prompt(example)  # rendering proves every placeholder has a value
@@ -36,6 +51,7 @@ def scenario_check(cfg: DictConfig, args: list[str]) -> int:
     table.add_row("joint states", str(info["joint_states"]))
     table.add_row("behaviours", f"{info['behaviours']} in {len(info['categories'])} categories")
     table.add_row("behaviours per profile", "{}-{}".format(*info["behaviours_per_profile"]))
+    table.add_row("rules", info["rules"] or "none (needed by the scripted user and the reference agent)")
     table.add_row("agent prompt", f"{info['agent_prompt']['file']} ({info['agent_prompt']['words']} words)")
     table.add_row(
         "user prompt",
@@ -45,6 +61,35 @@ def scenario_check(cfg: DictConfig, args: list[str]) -> int:
     marginals = {d: {v: round(p, 3) for v, p in m.items()} for d, m in controller.marginals().items()}
     table.add_row("controller", f"{controller.rule.name}, marginals {marginals}")
     console.print(table)
+    return 0
+
+
+@command(
+    "scenario",
+    "new",
+    help="write a scenario to edit into this project: a renamed copy of a shipped one (config, prompts, "
+    "behaviours, rules)",
+    args={
+        "NAME": "the new scenario's name (lowercase letters, digits, _)",
+        "[--from SCENARIO]": "the shipped scenario to copy (default restaurant)",
+    },
+)
+def scenario_new(cfg: DictConfig, args: list[str]) -> int:
+    from sead.scenario.scaffold import new_scenario
+
+    opts = _options(args, {"--from": "restaurant"})
+    if len(opts["positional"]) != 1:
+        raise SEADInputError("give one name: sead scenario new NAME [--from SCENARIO]")
+    name, root = opts["positional"][0], project_root()
+    written = new_scenario(name, root, SHIPPED_CONFIG_DIR.parent, opts["--from"])
+    for path in written:
+        console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+    console.print(
+        f"next: sead scenario check scenario={name}\n"
+        f"      sead train scenario={name} preset=tiny scenario.agent_prompt={written[1].relative_to(root)}",
+        highlight=False,
+        soft_wrap=True,
+    )
     return 0
 
 

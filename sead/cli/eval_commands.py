@@ -89,7 +89,7 @@ def _evaluate_one(cfg: DictConfig, ec, spec, scenario, testset, runner) -> tuple
     from sead.eval.report import write_eval_report
     from sead.eval.results import build_results
     from sead.eval.run import eval_folder, evaluate
-    from sead.metrics import HackMonitor
+    from sead.hack_monitor import HackMonitor
     from sead.run.lock import folder_lock
 
     agent = build_agent(

@@ -13,9 +13,11 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from sead.cli import commands, eval_commands  # noqa: F401  (importing them registers the subcommands)
+from sead import __version__
+from sead.cli import commands, config_commands, eval_commands  # noqa: F401  (importing them registers the subcommands)
 from sead.cli.registry import COMMANDS, HELP_FLAGS, Command, console
-from sead.config import check_config, load_config
+from sead.config import check_config, config_dir, load_config
+from sead.config_docs import first_sentence, presets
 from sead.errors import SEADInputError
 
 # Where the machine, not the input, stops a command: a full, read-only or failing disk, a file it may not write.
@@ -31,15 +33,21 @@ def is_override(arg: str) -> bool:
     return bool(eq) and _OVERRIDE_KEY.fullmatch(key) is not None and not Path(arg).exists()
 
 
-def usage(group: tuple[str, ...] = ()) -> str:
-    """The commands (of one group, e.g. `profiles`) with what each does."""
+def usage(group: tuple[str, ...] = (), configs: Path | None = None) -> str:
+    """The commands (of one group, e.g. `profiles`) with what each does; all of them with the presets of `configs`
+    (default: the config folder in use)."""
     shown = sorted(w for w in COMMANDS if w[: len(group)] == group)
     lines = [
         "usage: sead <command> [args] [key=value ...]   (key=value: Hydra overrides of configs/sead.yaml)",
         "       sead <command> --help                  (what a command takes)",
+        "       sead --version",
         "",
     ]
-    return "\n".join(lines + [f"  {COMMANDS[w].name:<23} {COMMANDS[w].summary}" for w in shown])
+    lines += [f"  {COMMANDS[w].name:<23} {COMMANDS[w].summary}" for w in shown]
+    if not group:
+        lines += ["", "presets (preset=NAME, e.g. sead train preset=cpu):"]
+        lines += [f"  {name:<23} {first_sentence(text)}" for name, text in presets(configs or config_dir()).items()]
+    return "\n".join(lines)
 
 
 def find_command(argv: list[str]) -> tuple[Command | None, list[str]]:
@@ -51,6 +59,9 @@ def find_command(argv: list[str]) -> tuple[Command | None, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:
+        print(f"sead {__version__}")
+        return 0
     cmd, rest = find_command(argv)
     if cmd is None:
         # `sead`, `sead --help`, `sead profiles --help` list commands; anything else is not one

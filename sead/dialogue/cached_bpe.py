@@ -26,7 +26,7 @@ import regex
 GPT2_WORDS = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # The same split for ASCII text, where letters, digits and white space are these few characters, in stdlib `re`,
 # which runs it 2.4x as fast as `regex` runs the Unicode one: with the words cached, the split is most of an encode
-# (benchmarks/RESULTS.md, session 46).
+# (measured 2026-11-28).
 _WS = "\t\n\x0b\x0c\r "  # Unicode White_Space within ASCII (not the separators \x1c-\x1f that str.isspace takes)
 GPT2_WORDS_ASCII = rf"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^{_WS}A-Za-z0-9]+|[{_WS}]+(?![^{_WS}])|[{_WS}]+"
 WORDS_KEPT = 100_000  # cached words per tokenizer (a few MB); the cache starts over past this

@@ -25,6 +25,8 @@ from sead.errors import parse_json
 
 @dataclass
 class ResponseCacheConfig:
+    # replay a cached user reply instead of calling the simulator, per SOP stage (the original's speed-up; its
+    # replies were written for other users, see the module docstring); never measured here
     enabled: bool = False
     # chance of replaying a cached reply, per SOP stage the agent declares; a stage not listed is never replayed
     hit_rates: dict[int, float] = number(default_factory=lambda: {0: 0.9, 1: 0.5, 2: 0.2, 3: 0.0}, ge=0, le=1)

@@ -32,21 +32,23 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunnerConfig:
-    max_turns: int = number(15, ge=1, le=1000)
+    max_turns: int = number(15, ge=1, le=1000)  # agent turns before a dialogue ends as turn_limit
     max_new_tokens: int = number(500, ge=1, le=1_000_000)  # per agent turn
     max_total_tokens: int = number(32768, ge=1, le=10_000_000)  # per episode, everything after the first prompt
-    max_context_tokens: int = number(8192, ge=1, le=10_000_000)  # rolling cap on what the agent conditions on
+    # rolling cap: oldest turns are dropped, never the SOP prompt
+    max_context_tokens: int = number(8192, ge=1, le=10_000_000)
     sop_role: str = one_of("system", "user")  # role of the SOP prompt message ("user": templates without system)
     agent_sees: str = one_of("reply", "think_and_reply")  # what of a user turn the agent is shown
     on_malformed: str = one_of("feedback", "end")  # feedback: tell the agent and go on (the original) | end it
-    format_error_message: str = (
+    format_error_message: str = (  # what on_malformed=feedback tells the agent, as the user's turn
         "[format error] Your last message did not have exactly one <response>...</response> block. "
         "Answer again in the required tag format."
     )
     user_timeout: float = number(120.0, gt=0, le=3600)  # seconds per simulator call
-    user_retries: int = number(3, ge=0, le=100)  # extra attempts after a failed call
+    # extra attempts after a failed call; then the dialogue ends as sim_error
+    user_retries: int = number(3, ge=0, le=100)
     backoff_base: float = number(0.5, ge=0, le=600)  # seconds; doubles per attempt
-    backoff_max: float = number(8.0, ge=0, le=3600)
+    backoff_max: float = number(8.0, ge=0, le=3600)  # seconds: the longest wait between attempts
     concurrency: int = number(64, ge=1, le=100_000)  # episodes in flight at once (batch runner)
     response_cache: ResponseCacheConfig = field(default_factory=ResponseCacheConfig)  # training dialogues only
 

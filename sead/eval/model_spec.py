@@ -7,8 +7,6 @@ openai:MODEL@URL              an OpenAI-compatible chat endpoint (API baselines)
                               openai:gpt-4o@https://api.openai.com/v1
 scripted:reference            the scripted SOP-following agent (an upper reference; no model)
 scripted:sop_ignoring         the scripted agent that ignores the SOP (a floor)
-scripted:salad, scripted:echo, ...  adversarial agents that try to fool the user simulator
-                              (sead/policy/adversarial.py; a good simulator gives them almost no completions)
 """
 
 from __future__ import annotations

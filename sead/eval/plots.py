@@ -113,6 +113,51 @@ def funnel_plot(funnel: dict, path: Path, stages: Sequence[str] = ()) -> Path:
     return _save(fig, path)
 
 
+def _error_bars(ax, names: list[str], stats: list[dict], scale: float = 1.0) -> None:
+    """One bar per model with its 95% CI; a model without the measure gets no bar, and its mean is written above."""
+    means = [None if s.get("mean") is None else scale * s["mean"] for s in stats]
+    low = [0.0 if m is None or s["ci95"][0] is None else m - scale * s["ci95"][0] for m, s in zip(means, stats)]
+    high = [0.0 if m is None or s["ci95"][1] is None else scale * s["ci95"][1] - m for m, s in zip(means, stats)]
+    ax.bar(names, [m or 0.0 for m in means], yerr=[low, high], capsize=3, color="#4c72b0")
+    for i, (m, h) in enumerate(zip(means, high)):
+        label = "n/a" if m is None else f"{m:.1f}" if scale != 1 else f"{m:.2f}"
+        ax.annotate(label, (i, (m or 0.0) + h), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+    ax.tick_params(axis="x", labelrotation=20, labelsize=7)
+
+
+def comparison_plot(named_results: Sequence[tuple[str, dict]], path: Path) -> Path:
+    """Models side by side: CR (%) and, where the simulator reports them, ACK and CAR (%), each with its 95% CI."""
+    names = [name for name, _ in named_results]
+    panels = [("CR", "CR % (95% CI)", 100.0)]
+    panels += [
+        (m, label, scale)
+        for m, label, scale in (("ACK", "ACK: stages acknowledged", 1.0), ("CAR", "CAR % (concerns answered)", 100.0))
+        if any(r["metrics"].get(m, {}).get("n") for _, r in named_results)
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 0.6 * len(names), 3.0), squeeze=False)
+    for ax, (metric, label, scale) in zip(axes[0], panels):
+        _error_bars(ax, names, [r["metrics"].get(metric, {}) for _, r in named_results], scale)
+        ax.set_title(label, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def validation_plot(labels: list[str], series: dict[str, list[tuple | None]], path: Path) -> Path:
+    """One panel per measure (CR, ACK, CAR), its mean and 95% CI at each validation point (base model, after the
+    warm-up, each iteration); a point without the measure is left out."""
+    fig, axes = plt.subplots(1, len(series), figsize=(3.6 * len(series), 3.0), squeeze=False)
+    for ax, (name, points) in zip(axes[0], series.items()):
+        at = [i for i, p in enumerate(points) if p is not None]
+        means = [points[i][0] for i in at]
+        low = [points[i][0] - points[i][1] for i in at]
+        high = [points[i][2] - points[i][0] for i in at]
+        ax.errorbar(at, means, yerr=[low, high], marker="o", markersize=4, capsize=3, color="#4c72b0")
+        ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7)
+        ax.set_title(f"validation {name} (95% CI)", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def line_plot(
     series: dict[str, tuple[list, list]],
     path: Path,

@@ -14,11 +14,20 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sead.dialogue import Episode
 from sead.eval.plots import cr_by_value_plot, cr_heatmap, data_uri, funnel_plot, heatmap_pairs, outcome_plot
-from sead.metrics import most_first
+from sead.metrics import GLOSSARY, most_first
+from sead.run.validation_table import interval
 from sead.scenario import ProfileSpace
+from sead.usersim.base import comparable_environment
 
 SUMMARY_METRICS = ("CR", "ACK", "CAR", "FPR", "SCR", "ATT", "ADT", "UPA", "EI", "TI", "CI")
 _env = Environment(loader=PackageLoader("sead.eval", "templates"), autoescape=select_autoescape(["j2", "html"]))
+
+
+CI_NOTE = (
+    "95% CI",
+    "where the true value lies with 95% confidence, given these dialogues: Wilson's score interval for the rates of "
+    "0/1 outcomes (CR, FPR, SCR), a bootstrap over dialogues for the others",
+)
 
 
 def render_page(
@@ -26,17 +35,26 @@ def render_page(
     *,
     title: str,
     subtitle: Sequence[str] = (),
+    headline: Sequence[str] = (),
+    glossary: Sequence[tuple[str, str]] = (),
     tables: Sequence[dict] = (),
     images: Sequence[dict] = (),
     dialogues: dict | None = None,
 ) -> Path:
-    """tables: {caption, headers, rows}; images: {title, uri}; dialogues: {dimensions, dialogues} for the viewer."""
+    """headline: the page's findings in sentences, first; glossary: (term, meaning) of its measures;
+    tables: {caption, headers, rows}; images: {title, uri}; dialogues: {dimensions, dialogues} for the viewer."""
     payload = None
     if dialogues is not None:
         # `<` escaped keeps "</script>" in a dialogue from closing the data block; JSON.parse restores it.
         payload = json.dumps(dialogues, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
     html = _env.get_template("report.html.j2").render(
-        title=title, subtitle=list(subtitle), tables=list(tables), images=list(images), dialogues_json=payload
+        title=title,
+        subtitle=list(subtitle),
+        headline=list(headline),
+        glossary=list(glossary),
+        tables=list(tables),
+        images=list(images),
+        dialogues_json=payload,
     )
     path.write_text(html, encoding="utf-8")
     return path
@@ -66,13 +84,53 @@ def viewer_record(ep: Episode) -> dict:
     }
 
 
+def glossary(names: Sequence[str] = tuple(GLOSSARY)) -> list[tuple[str, str]]:
+    """What each of `names` means (`sead.metrics.GLOSSARY`), and what the CIs beside them are."""
+    return [(n, GLOSSARY[n]) for n in names if n in GLOSSARY] + [CI_NOTE]
+
+
+def shown_metrics(results: dict) -> list[str]:
+    """The summary metrics these results hold, and pass^k where trials were repeated."""
+    return [n for n in SUMMARY_METRICS if n in results["metrics"]] + (["pass^k"] if results.get("pass_hat_k") else [])
+
+
+def headline(name: str, results: dict, stages: Sequence[str] = ()) -> list[str]:
+    """An evaluation's findings in a few sentences: how often users completed, how far they got, what stands out."""
+    c, m = results["counts"], results["metrics"]
+    if not c["evaluated"]:
+        return [f"{name}: no dialogue could be scored ({c['sim_error']} ended by a simulator error)."]
+    lo, hi = interval(results, "CR")
+    simulator = results["settings"]["user_simulator"].get("name", "simulated")
+    lines = [
+        f"{name} completed {c['completed']} of {c['evaluated']} dialogues with the {simulator} user: "
+        f"CR {m['CR']['mean']:.1%} (95% CI {lo:.1%}–{hi:.1%})."
+    ]
+    ack, car = m.get("ACK", {}), m.get("CAR", {})
+    if ack.get("n"):
+        of = f" of {len(stages)}" if stages else ""
+        lines.append(
+            f"Users acknowledged {ack['mean']:.1f}{of} SOP stages on average"
+            + (f" and took {car['mean']:.0%} of the concerns they voiced as answered." if car.get("n") else ".")
+        )
+    lost = (results.get("funnel") or {}).get("lost_to") or {}
+    if lost and c["failed"]:
+        why, n = next(iter(lost.items()))
+        lines.append(f"Failed calls were most often lost to: {why} ({n} of {c['failed']}).")
+    flagged = (results.get("hack_monitors") or {}).get("flagged")
+    if flagged:
+        lines.append(f"Reward-hacking monitors flag: {', '.join(flagged)} (table below).")
+    if c["sim_error"]:
+        lines.append(f"{c['sim_error']} dialogues ended by a simulator error and are left out of every measure.")
+    return lines
+
+
 def summary_rows(results: dict) -> list[list[str]]:
     rows = []
     for name in SUMMARY_METRICS:
         s = results["metrics"].get(name)
         if s is None:
             continue
-        lo, hi = s["ci95"]
+        lo, hi = interval(results, name)
         ci = "n/a" if lo is None else f"{lo:.3f} – {hi:.3f}"
         rows.append(
             [
@@ -145,7 +203,7 @@ def setup_rows(results: dict) -> list[list[str]]:
     """What a reader needs to know first: who played whom, on which profiles, with which decoding.
     The full settings stay machine-readable in results.json."""
     s, c, agent = results["settings"], results["counts"], results["settings"]["agent"]
-    ts, user = s["testset"], s["user_simulator"]
+    ts, user = s["testset"], comparable_environment(s["user_simulator"])  # the rules file by name, not its path
     params = results.get("agent_params")
     model = agent.get("model") or agent.get("rules") or agent.get("path") or ""
     return [
@@ -222,7 +280,7 @@ def write_eval_report(
     if results.get("hack_monitors"):
         tables.append(
             {
-                "caption": "Reward-hacking monitors (sead.metrics.HackMonitor)",
+                "caption": "Reward-hacking monitors (sead.hack_monitor.HackMonitor)",
                 "headers": ["monitor", "value"],
                 "rows": monitor_rows(results["hack_monitors"]),
             }
@@ -230,6 +288,8 @@ def write_eval_report(
     return render_page(
         out / "report.html",
         title=f"SEAD evaluation: {name}",
+        headline=headline(name, results, stages),
+        glossary=glossary(shown_metrics(results)),
         tables=tables,
         images=images,
         dialogues={"dimensions": list(space.sampled_names), "dialogues": [viewer_record(e) for e in episodes]},

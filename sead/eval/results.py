@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from importlib import metadata
 
 from sead.dialogue import Episode
-from sead.metrics import HackMonitor, completion, compute_metrics, pass_hat_k, summarise
+from sead.hack_monitor import HackMonitor
+from sead.metrics import completion, compute_metrics
 from sead.scenario import ProfileSpace
+from sead.stats import pass_hat_k, summarise
 
 PACKAGES = ("sead", "torch", "transformers", "openai", "numpy")
 

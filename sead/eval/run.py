@@ -9,6 +9,7 @@ different settings is refused rather than mixed into the same results.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -30,6 +31,9 @@ from sead.usersim.base import UserSimulator, environment_identity
 
 console = Console()
 OUTPUTS = ("dialogues.jsonl", "settings.json", "results.json", "report.html")
+
+
+EVAL_ID = re.compile(r"p(\d+)-t(\d+)")  # what `episode_id` writes: the profile's index in the test set, the trial
 
 
 def episode_id(profile_index: int, trial: int) -> str:

@@ -105,7 +105,7 @@ def _single_query(query, key, value, mask, scaling):
 
 
 # fp32 scores one call of `_cascade` may hold (128 MB): many rows are taken a slice of rows at a time. All at once,
-# one call of 64 rows x 900 new tokens raised the process's peak memory by 6 GB (benchmarks/RESULTS.md).
+# one call of 64 rows x 900 new tokens raised the process's peak memory by 6 GB (measured 2026-11-24).
 SCORE_BUDGET = 32 * 2**20
 # Prompt positions (more than one query per row) on a CPU, without gradient, go through the tiled kernel (`_tiled`);
 # False: `_cascade`.
@@ -130,7 +130,7 @@ def _tiled(query, key, value, mask, prefix, scaling):
     """The prefix part (every row's queries stacked as one sequence: no mask, every query sees the whole prefix)
     and the rows' own part each through the tiled CPU kernel, merged by their log-sum-exps. No score matrix is
     held, so memory does not grow with rows x prompt length. 32 rows of 550 tokens after the SOP prompt: the
-    whole prefill 1.32x faster than with `_cascade` (benchmarks/prefill_rows.py, RESULTS.md)."""
+    whole prefill 1.32x faster than with `_cascade` (benchmarks/prefill_rows.py, docs/performance.md)."""
     b, heads, q_len, dim = query.shape
     group = heads // key.shape[1]
     pk, pv = (t.repeat_interleave(group, dim=1) for t in prefix)  # the kernel takes as many kv heads as queries

@@ -14,8 +14,14 @@
   packed into one row, each causal over its own positions after a shared prompt, no mask, at about 2.5x torch's
   CPU flash kernel given the mask.
 
-All four need AVX512-BF16 (they serve only bf16 work, the precision SEAD picks on such CPUs) and a C++ compiler
-(`benchmarks/RESULTS.md` has their measurements).
+These four need AVX512-BF16: they serve bf16 work, the precision SEAD picks on such CPUs. Elsewhere on x86 (AVX2
+and FMA: AMD Zen 2/3, most Intel client parts) SEAD computes in fp32, and two more serve its decoding:
+
+- `small_rows_linear_fp32`: the small-rows linear in fp32, from a weight packed once (`pack_small_rows_fp32`);
+- `decode_layers_fp32`: every decoder layer of an fp32 decoding step in one call, the fp32 counterpart of
+  `decode_layers`.
+
+Each needs a C++ compiler; their measurements are in docs/performance.md.
 
 Built with the system's compiler against torch's headers in a private temporary folder (no lock that a killed
 process could leave behind), then renamed into `$SEAD_CACHE_DIR/kernels/` under a name keyed on the source, the
@@ -41,15 +47,22 @@ from sead.cache_dir import sead_cache_dir
 from sead.models.precision import cpu_flags
 
 CSRC = Path(__file__).parent / "csrc"
-KERNELS = {  # name -> what for
-    "single_query_attention": "decoding attention",
-    "small_rows_linear": "small-rows linear",
-    "decode_layers": "fused decoding step",
-    "causal_attention": "training attention",
+ISAS = {  # instruction set -> (compiler flags, the /proc/cpuinfo names of what they use)
+    "avx512_bf16": (
+        ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma"],
+        ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"),
+    ),
+    "avx2": (["-mavx2", "-mfma"], ("avx2", "fma")),
+}
+KERNELS = {  # name -> (what for, instruction set)
+    "single_query_attention": ("decoding attention", "avx512_bf16"),
+    "small_rows_linear": ("small-rows linear", "avx512_bf16"),
+    "decode_layers": ("fused decoding step", "avx512_bf16"),
+    "causal_attention": ("training attention", "avx512_bf16"),
+    "small_rows_linear_fp32": ("fp32 small-rows linear", "avx2"),
+    "decode_layers_fp32": ("fused fp32 decoding step", "avx2"),
 }
 OPERATOR = {"causal_attention": "causal_attention_forward"}  # the operator a library is known by, where not its name
-FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma"]
-NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")  # /proc/cpuinfo names of the flags above
 ENV = "SEAD_DECODE_KERNEL"
 BUILD_TIMEOUT_S = 300  # a compiler that hangs must not hang the run: past this, torch's operators
 
@@ -66,8 +79,9 @@ def build_key(name: str) -> str:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
-def cpu_supports() -> bool:
-    return set(NEEDED) <= cpu_flags()
+def cpu_supports(isa: str = "avx512_bf16") -> bool:
+    """The CPU runs code built for `isa` (one of `ISAS`)."""
+    return set(ISAS[isa][1]) <= cpu_flags()
 
 
 def compile_command(name: str, output: Path) -> list[str]:
@@ -76,7 +90,15 @@ def compile_command(name: str, output: Path) -> list[str]:
     from torch.utils.cpp_extension import include_paths, library_paths
 
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    cmd = [os.environ.get("CXX", "c++"), *FLAGS, "-fopenmp", "-fPIC", "-shared", "-std=c++20"]
+    cmd = [
+        os.environ.get("CXX", "c++"),
+        "-O3",
+        *ISAS[KERNELS[name][1]][0],
+        "-fopenmp",
+        "-fPIC",
+        "-shared",
+        "-std=c++20",
+    ]
     cmd += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-I{p}" for p in include_paths())]
     cmd += [str(CSRC / f"{name}.cpp"), "-o", str(output)]
     for lib in library_paths():
@@ -127,6 +149,13 @@ def build_all() -> dict[str, bool]:
     return {name: kernel(name) is not None for name in KERNELS}
 
 
+def usable_for(dtype: str) -> dict[str, bool]:
+    """The kernels that serve `dtype` work (bf16: the AVX512-BF16 ones; float32: the AVX2 ones), name -> usable
+    here, each built now where it was not yet."""
+    isa = {"bfloat16": "avx512_bf16", "float32": "avx2"}.get(dtype)
+    return {name: kernel(name) is not None for name, (_, needs) in KERNELS.items() if needs == isa}
+
+
 def single_query_attention():
     return kernel("single_query_attention")
 
@@ -137,6 +166,14 @@ def small_rows_linear():
 
 def decode_layers():
     return kernel("decode_layers")
+
+
+def small_rows_linear_fp32():
+    return kernel("small_rows_linear_fp32")
+
+
+def decode_layers_fp32():
+    return kernel("decode_layers_fp32")
 
 
 def causal_attention():
@@ -154,6 +191,16 @@ def pack_small_rows(weight: torch.Tensor) -> torch.Tensor:
     return padded.view(blocks, 2, 16, pairs, 2).permute(0, 3, 1, 2, 4).contiguous()
 
 
+def pack_small_rows_fp32(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` (out, in) in `small_rows_linear_fp32`'s layout, zero-padded to whole blocks: blocks of 16 output
+    features, input by input, (blocks, in, 16)."""
+    out, inputs = weight.shape
+    blocks = -(-out // 16)
+    padded = weight.detach().new_zeros((blocks * 16, inputs))
+    padded[:out] = weight.detach()
+    return padded.view(blocks, 16, inputs).transpose(1, 2).contiguous()
+
+
 def _operator(name: str):
     return getattr(torch.ops.sead, OPERATOR.get(name, name))
 
@@ -167,18 +214,18 @@ def _registered(name: str):
 
 
 def _load(name: str):
-    if os.environ.get(ENV, "1") == "0" or not cpu_supports():
+    if os.environ.get(ENV, "1") == "0" or not cpu_supports(KERNELS[name][1]):
         return None
     if (op := _registered(name)) is not None:
         return op
     target = cache_root() / f"{name}-{build_key(name)}.so"
     try:
         if not _intact(target):
-            print(f"[sead] building the {KERNELS[name]} kernel in {target.parent} (once, ~15 s)", file=sys.stderr)
+            print(f"[sead] building the {KERNELS[name][0]} kernel in {target.parent} (once, ~15 s)", file=sys.stderr)
             _build(name, target)
         torch.ops.load_library(str(target))
         return _operator(name)
     except Exception as e:  # noqa: BLE001 - any failure means torch's own operators, which are always correct
-        warnings.warn(f"the {KERNELS[name]} kernel is not used ({type(e).__name__}: {e}); "
+        warnings.warn(f"the {KERNELS[name][0]} kernel is not used ({type(e).__name__}: {e}); "
                       f"torch's operators take its place", stacklevel=2)  # fmt: skip
         return None

@@ -1,8 +1,8 @@
 """The decoding steps of one sampling call, over tensors that stay put; on a GPU, replayed as one CUDA graph.
 
 A decoding step of a small model on a GPU is some hundreds of kernel launches issued from Python (30 layers of
-norms, projections, rotary turns, attention and the MLP), and the GPU waits for them: session 15 measured 31 ms a
-step at one row on an H200 whose weights read in 0.1 ms (benchmarks/RESULTS.md). Captured once as a CUDA graph,
+norms, projections, rotary turns, attention and the MLP), and the GPU waits for them: 31 ms a step was measured
+at one row on an H200 whose weights read in 0.1 ms (2026-11-24). Captured once as a CUDA graph,
 a step is one launch. A graph replays fixed addresses, so everything a step reads lives in tensors this loop owns
 and updates in place: the rows' next tokens, their positions, the attention mask over the call's KV buffer, and the
 column the step writes its keys and values at (`_BatchLayer.write_at`). The graph is captured at a call's first

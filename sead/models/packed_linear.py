@@ -4,7 +4,7 @@
 the few rows of a decoding step that re-layout is a large part of the call. Packing each weight once
 (`mkldnn._reorder_linear_weight`, what inductor's CPU freezing does) made SmolLM2's projections 1.1-2x faster at
 1-64 rows in bf16 on a 2-vCPU Zen 4, its tied 49k-row output head about 2x, and decoding 1.0-1.3x
-(`benchmarks/RESULTS.md`). In bf16 the result is bit-equal to `F.linear`; in fp32 oneDNN accumulates in another
+(`docs/performance.md`). In bf16 the result is bit-equal to `F.linear`; in fp32 oneDNN accumulates in another
 order than MKL's sgemm (outputs differ by a few parts per million), which is why fp32 is opt-in.
 
 `PackedLinears.active()` swaps the forward of every linear layer for the packed one for the length of a `with`

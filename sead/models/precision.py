@@ -117,7 +117,12 @@ class Precision:
         return f"rollouts {self.compute}, training {train} ({why})"
 
     def record(self) -> dict:
-        """What a run writes down: the choice, why, and the machine it was made on."""
+        """What a run writes down: the choice, why, the machine it was made on, the compiled kernels that serve the
+        compute precision there and how the tensor threads wait (`sead.threads`)."""
+        from sead.models import decode_kernel  # it reads the CPU's flags from here
+        from sead.threads import POLICY_ENV, SPIN_ENV
+
+        on_cpu = torch.device(self.device).type == "cpu"
         return {
             "requested": self.requested,
             "compute": self.compute,
@@ -127,6 +132,8 @@ class Precision:
             "cpu": cpu_info(),
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
+            "openmp": {k: os.environ.get(k) for k in (SPIN_ENV, POLICY_ENV)},
+            "kernels": decode_kernel.usable_for(self.compute) if on_cpu else {},
         }
 
 

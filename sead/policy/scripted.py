@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from sead.dialogue.agent import TextAgent
 from sead.scenario.scenario import Scenario
-from sead.usersim.rules import Rules, content_words, normalise, voiced_kinds
+from sead.usersim.rules import Rules, voiced_kinds
 from sead.usersim.rules_file import scenario_rules
+from sead.usersim.visible_text import content_words, normalise
 
 _MIN_SHARED_WORDS = 2
 

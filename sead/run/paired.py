@@ -1,7 +1,8 @@
 """Two models measured on the same held-out dialogues, compared dialogue by dialogue. Validation gives every dialogue
 the episode id `val{profile index}-{trial}` and a seed fixed by those two numbers, so the same id in two runs with
-the same validation settings is the same user and the same simulator draws: a paired design, where McNemar's test
-needs only the dialogues one model completed and the other did not."""
+the same validation settings is the same user and the same simulator draws (an evaluation's `p{profile}-t{trial}`
+likewise, on one test set and seed): a paired design, where McNemar's test needs only the dialogues one model
+completed and the other did not."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 from sead.dialogue.batch import EpisodeJob
 from sead.dialogue.rollout_log import read_rollouts
 from sead.dialogue.seeds import validation_episode_seed
-from sead.metrics import mcnemar_exact
 from sead.scenario.profiles import Profile
+from sead.stats import mcnemar_exact
 
 VALIDATION_ID = re.compile(r"val(\d+)-(\d+)")
 
@@ -26,15 +27,16 @@ def validation_jobs(profiles: list[Profile], seed: int, trials: int) -> list[Epi
     ]
 
 
-def validation_outcomes(path: Path) -> dict[tuple[int, int], dict]:
-    """A validation's dialogues by (profile index, trial): the profile and whether the user completed (None for a
-    dialogue the simulator broke off: it says nothing about the agent)."""
+def held_out_outcomes(path: Path, ids: re.Pattern = VALIDATION_ID) -> dict[tuple[int, int], dict]:
+    """Held-out dialogues (a validation's, or an evaluation's with `ids` = `sead.eval.run.EVAL_ID`) by (profile index,
+    trial), read from the episode id: the profile and whether the user completed (None for a dialogue the simulator
+    broke off: it says nothing about the agent)."""
     outcomes = {}
     for record in read_rollouts(path):
         episode_id = record["meta"]["episode_id"]
-        match = VALIDATION_ID.fullmatch(episode_id)
+        match = ids.fullmatch(episode_id)
         if match is None:
-            raise ValueError(f"{path}: {episode_id!r} is not a validation dialogue (val<profile>-<trial>)")
+            raise ValueError(f"{path}: {episode_id!r} is not a held-out dialogue id ({ids.pattern})")
         key = (int(match[1]), int(match[2]))
         if key in outcomes:
             raise ValueError(f"{path}: dialogue {episode_id} appears twice")
@@ -54,7 +56,7 @@ def paired_comparison(a: dict[tuple[int, int], dict], b: dict[tuple[int, int], d
     differing = [key for key in a if a[key]["profile"] != b[key]["profile"]]
     if differing:
         profile, trial = differing[0]
-        raise ValueError(f"{len(differing)} dialogues pose different users, e.g. val{profile}-{trial}")
+        raise ValueError(f"{len(differing)} dialogues pose different users, e.g. profile {profile}, trial {trial}")
     pairs = [(a[k]["success"], b[k]["success"]) for k in sorted(a)]
     scored = [(x, y) for x, y in pairs if x is not None and y is not None]
     only_a = sum(x and not y for x, y in scored)

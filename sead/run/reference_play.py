@@ -20,7 +20,7 @@ from sead.run.paired import validation_jobs
 
 def play_reference(cfg: DictConfig, out: Path) -> Path:
     """Play the reference agent on `cfg`'s validation dialogues and write them to `out` (read like a validation's
-    dialogues, e.g. by `validation_outcomes`). Its turns have the warm-up's token room (its lines whole, as they were
+    dialogues, e.g. by `held_out_outcomes`). Its turns have the warm-up's token room (its lines whole, as they were
     imitated) within the validation's turn limit. Transcribed with SmolLM2's tokenizer, as the eval suite's scripted
     agents are: the user reads only the text."""
     from sead.models.smollm import load_tokenizer

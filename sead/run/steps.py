@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from sead.controller import ProfileController, write_controller_report
 from sead.dialogue.episode import Episode
-from sead.metrics import HackMonitor, compute_metrics, voiced_concerns
+from sead.hack_monitor import HackMonitor
+from sead.metrics import compute_metrics, voiced_concerns
 from sead.run.layout import RunLayout
 from sead.scenario.profile_space import ProfileSpace
 
@@ -32,7 +33,7 @@ class StepRecord:
     update: dict = field(default_factory=dict)  # the backend's numbers of the update, written at the top level
     gen_tokens_per_s: float | None = None
     time: dict[str, float] | None = None  # seconds per phase
-    hack_monitors: dict | None = None  # sead.metrics.HackMonitor on this step's dialogues (scenarios with rules)
+    hack_monitors: dict | None = None  # sead.hack_monitor.HackMonitor on this step's dialogues (scenarios with rules)
     ACK: float | None = None  # user-side measures (sead.metrics), where the simulator reports them
     CAR: float | None = None
     plausibility: dict | None = None  # {checked, swapped, failed} of the pass over the step's profiles, where on

@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.table import Table
 
 from sead.errors import SEADInputError, parse_json
-from sead.metrics import wilson_interval
 from sead.run.layout import BASE_MODEL, RunLayout
+from sead.stats import wilson_interval
 
 USER_SIDE = ("ACK", "CAR")  # sead.metrics: stages the user acknowledged, concerns it took as answered
 
@@ -72,7 +72,7 @@ def read_validation(path: Path) -> dict:
     return m
 
 
-def _shown(results: dict) -> list[str]:
+def shown_user_side(results: dict) -> list[str]:
     return [n for n in USER_SIDE if any(n in user_side(m) for m in results.values())]
 
 
@@ -90,7 +90,7 @@ def changes(layout: RunLayout) -> list[str]:
     lines = []
     for phase, a, b in phases:
         parts = []
-        for name in ("CR", *_shown(results)):
+        for name in ("CR", *shown_user_side(results)):
             ma, mb = results[a], results[b]
             if _mean(ma, name) is None or _mean(mb, name) is None:
                 continue
@@ -105,7 +105,7 @@ def changes(layout: RunLayout) -> list[str]:
 
 def validation_table(layout: RunLayout) -> Table:
     results = validations(layout)
-    shown = _shown(results)
+    shown = shown_user_side(results)
     table = Table(
         title="validation: greedy, the same profiles at every point; mean (95% CI)",
         caption="base: the model before its warm-up; iteration 0: before the first RL step"

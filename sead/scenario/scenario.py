@@ -17,18 +17,19 @@ from sead.scenario.template import PromptTemplate
 BEHAVIOURS_PLACEHOLDER = "specific_behaviors"
 NO_BEHAVIOUR_LINE = "- (no specific behaviour: react naturally to the call)"
 USER_PROMPTS_KEPT = 4096  # rendered user prompts remembered (one per profile in flight is what matters)
-SCENARIO_KEYS = (
-    "name",
-    "description",
-    "agent_prompt",
-    "user_prompt",
-    "behaviour_library",
-    "rules",
-    "stages",
-    "dimensions",
-    "behaviours_per_profile",
-    "default_marginals",
-)
+# The keys of a scenario config (configs/scenario/NAME.yaml) -> what each holds; file paths are from the project root.
+SCENARIO_KEYS = {
+    "name": "the scenario's name, in run directories and reports",
+    "description": "one line on what the call is for",
+    "agent_prompt": "the agent's system prompt: the SOP and the tag format its turns must keep",
+    "user_prompt": "the simulated user's prompt; ${initial_<dimension>}, ${specific_behaviors} filled per profile",
+    "behaviour_library": "JSONL, one behaviour a line: {category, behaviour, utterance}",
+    "rules": "the scripted user's and reference agent's rules file (null: none; those two then cannot run)",
+    "stages": "the SOP's stage names, in order; <stage> tags and the rules file refer to them by position and name",
+    "dimensions": "the user state: NAME: {low, high, sampled, allowed}; `allowed` is what the controller samples",
+    "behaviours_per_profile": "{min, max}: how many behaviours of the library one profile draws",
+    "default_marginals": "each sampled dimension's sampling distribution before any curriculum: {value: weight}",
+}
 
 
 @dataclass
@@ -127,6 +128,7 @@ class Scenario:
                 for d in self.space.dimensions
             },
             "joint_states": len(self.space.states()),
+            "rules": None if self.rules_path is None else str(self.rules_path),
             "behaviours": len(self.library),
             "categories": self.library.categories,
             "behaviours_per_profile": list(self.behaviours_per_profile),

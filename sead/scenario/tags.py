@@ -19,7 +19,8 @@ from sead.scenario.profile_space import ProfileSpace
 # The version of how an agent turn's tags are read (which turns are malformed, what the user hears). It travels with
 # the user simulator's identity (`sead.usersim.base.environment_identity`): raise it whenever some agent turn would
 # read differently, so runs and evaluations read otherwise are never reused or compared as the same environment.
-AGENT_READING_VERSION = 2  # 1: a second <response> makes a turn malformed (session 40); 2: a second </response> (48)
+AGENT_READING_VERSION = 2  # 1: a second <response> makes a turn malformed (2026-11-27); 2: a second </response>
+# (2026-11-28)
 
 STATUS_VALUES = (-1, 0, 1)
 _STATUS_TEXTS = {str(v): v for v in STATUS_VALUES}
@@ -106,8 +107,8 @@ class TagSchema:
         elif text.count("<response>") > 1 or text.count("</response>") > 1:
             # Two answers in one turn: the caller could hear either, so the turn is as unusable as one with none.
             # Read as the first, it let RL drift into turns of several answers with the other tags dropped, which
-            # the small format reward did not stop: first as several `<response>` blocks (session 40), later as
-            # one opening and answers closed by `</response>` inside the score tags (session 48; RESULTS.md).
+            # the small format reward did not stop: first as several `<response>` blocks (2026-11-27), later as
+            # one opening and answers closed by `</response>` inside the score tags (2026-11-28).
             problems.append("more than one <response>")
             response = None
         portrait = {name: _read_int(found, tag, low, high, problems) for name, tag, _, low, high in self._scores}

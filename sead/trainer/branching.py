@@ -89,7 +89,7 @@ def branch_points(
     cuts, each at another turn. A dialogue that ended at its first turn is cut before it: its group plays the opening
     afresh. Without that, no group would ever train the opening where groups of whole dialogues are single rollouts, and
     an opening that drifts (a turn of several stacked `<response>` blocks, lost as malformed) spreads unchecked until no
-    group differs at all (benchmarks/RESULTS.md, session 43).
+    group differs at all (measured 2026-11-28).
 
     Why spread: the rollouts of one profile often say the same lines (one user per group, a near-deterministic
     policy), so cutting several of them repeats one state; n groups of one state weigh it n times in the update,

@@ -20,7 +20,7 @@ from sead.dialogue import EpisodeJob, RolloutLog, run_batch
 from sead.dialogue.response_cache import ResponseCache
 from sead.dialogue.seeds import group_agent_seed, imitation_seed, train_episode_seed
 from sead.errors import SEADInputError
-from sead.metrics import HackMonitor
+from sead.hack_monitor import HackMonitor
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, RolloutWeights
 from sead.policy.hf import HFPolicy

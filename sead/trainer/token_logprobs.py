@@ -9,7 +9,7 @@ of rows at a time that stays in cache: the log-sum-exp, the chosen token's log-p
 backward rebuilds each slice's softmax from the saved log-sum-exp and writes the logits' gradient over the logits
 themselves, then two matmuls give the gradients of the hidden states and of the head's weight.
 
-Measured (`benchmarks/update_step.py --case head`, RESULTS.md session 35): time-neutral on a 2-core CPU, where the
+Measured (`benchmarks/update_step.py --case head`, 2026-11-27): time-neutral on a 2-core CPU, where the
 head is about 2 % of a GRPO update (8.8x fewer page faults); 19 % less peak memory for a micro-batch on a GPU.
 """
 

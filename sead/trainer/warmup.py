@@ -31,7 +31,7 @@ from sead.run.layout import WarmupFolder
 from sead.scenario.scenario import Scenario
 from sead.trainer.estimators import Sequence
 from sead.trainer.schema import WarmupConfig
-from sead.trainer.update import masked_logprobs
+from sead.trainer.scoring import masked_logprobs
 from sead.usersim.base import UserSimulator
 
 

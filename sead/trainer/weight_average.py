@@ -1,7 +1,7 @@
 """The policy's weights averaged over RL updates (`trainer.weight_ema`): an exponential moving average that starts at
 the first update's weights, kept by torch's `AveragedModel`. Rollouts sample from the live policy, whose own samples
 the update needs; validation and each checkpoint's `model/` are the average. Why: one run's greedy CR moved by 17
-points between checkpoints a few steps apart (benchmarks/RESULTS.md, session 42)."""
+points between checkpoints a few steps apart (measured 2026-11-28)."""
 
 from __future__ import annotations
 

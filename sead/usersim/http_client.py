@@ -2,7 +2,7 @@
 
 Why not aiohttp: with hundreds of dialogues in flight, the client's CPU per request bounds the rollout rate, and
 aiohttp took 0.23-0.27 ms of CPU per request where this client takes 0.10-0.15 ms, half of it the kernel's send
-(benchmarks/RESULTS.md, rollout_concurrency, session 10). Here a request is one precomputed head plus the body,
+(benchmarks/rollout_concurrency.py, 2026-11-24). Here a request is one precomputed head plus the body,
 and the answer is parsed once, by one small state machine. It reads what OpenAI-compatible servers answer with
 (Content-Length, chunked, or close-delimited bodies; http or https) and nothing more: no redirects, proxies,
 cookies or compression.
@@ -24,7 +24,7 @@ MAX_HEAD_BYTES = 64 * 1024  # a status line and headers longer than this are not
 MAX_BODY_BYTES = 512 * 1024
 # How often a client looks for requests past their deadline, so a deadline is kept to within this many seconds. One
 # timer per client instead of an asyncio.timeout per request: with hundreds of dialogues in flight, arming and
-# cancelling a timer on every call was a twentieth of a runner's CPU (benchmarks/RESULTS.md, session 46).
+# cancelling a timer on every call was a twentieth of a runner's CPU (measured 2026-11-28).
 DEADLINE_CHECK_S = 0.05
 
 

@@ -11,237 +11,57 @@ A rules file (YAML, named by the scenario's `rules:` key) holds:
   it will not act yet / the agent said nothing it can use) and an optional `dynamics:` block overriding the
   numbers in `Dynamics`.
 
-Phrases match case-insensitively as substrings after `normalise`, which also drops the brackets of
-placeholders, so a cue "platform" matches a reply saying "[Platform]" and the other way round. A phrase may not
-contain, or be contained in, a phrase of another stage (or of another concern): the number of stages a reply
-cues and of concern kinds it answers must be well defined, since a reply with too many of either is a salad.
-A phrase counts only with substance around it: `dynamics.substance_words` content words of its own stage's or
-concern's lines in the reply, so a bare phrase padded with filler words cues and answers nothing, and where most of
-the reply's content words are those lines' (`dynamics.focus_share`), so a phrase inside talk of something else
-does not either. It counts only where the reply holds no negation word that none of those lines use
-(`dynamics.negation_check`): "It is not true that ..." or "Nobody ..." before a line says something else than the
-line; and only in a sentence that is not a question, unless those lines ask it too.
+Phrases match case-insensitively as whole words after `normalise` (what a reader sees, placeholder brackets
+dropped), so a cue "platform" matches a reply saying "[Platform]" and the other way round, and "legitimate" does
+not match "illegitimate" (`visible_text.says`). A phrase may not contain, or be contained in, a phrase of another
+stage (or of another concern): the number of stages a reply cues and of concern kinds it answers must be well
+defined, since a reply with too many of either is a salad. A phrase counts only with substance around it:
+`dynamics.substance_words` content words of its own stage's or concern's lines in the reply, so a bare phrase
+padded with filler words cues and answers nothing, and where most of the reply's content words are those lines'
+(`dynamics.focus_share`), so a phrase inside talk of something else does not either. It counts only where the reply
+holds no negation word that none of those lines use (`dynamics.negation_check`): "It is not true that ..." or
+"Nobody ..." before a line says something else than the line; and only in a sentence that is not a question, unless
+those lines ask it too. A reply holding markup a reader is not shown (an HTML comment, a tag) counts for nothing.
 `Rules.read` is the one reading of an agent reply, shared by the scripted user and the hack monitors.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
-# The version of how a reply is read (`Rules.read`, `normalise`, the word lists below). Part of the scripted user's
+from sead.usersim.negations import negations_in
+from sead.usersim.visible_text import (
+    WORD,
+    content_of,
+    content_words,
+    disguised,
+    hidden_markup,
+    letters_of,
+    ngrams,
+    normalise,
+    says,
+    share,
+    stated,
+)
+
+# The version of how a reply is read (`Rules.read`, `normalise`, the negation lists). Part of the scripted user's
 # identity, so runs and evaluations played against another reading are never reused or compared as if the user
 # were the same: raise it whenever some reply would read differently.
-READING_VERSION = 7  # 4: padded and disguised repeats, negations without "not" (session 20); 5: lines disowned
-# or hedged ("I doubt that", "Is it true that ...? I'm unsure"), sarcasm (session 23); 6: answers asked as questions,
-# hypotheticals, more disowning word forms and take-backs, look-alike letters of other scripts, salads hidden behind
-# a negation (session 39); 7: what a reader sees of marks and letters (text struck through with combining strokes,
-# the reversed display of a right-to-left override, accented letters as their plain ones), negations with digits for
-# letters ("n0t"), more disowning words, emoji and other languages' plain negations (session 60)
-_SPACES = re.compile(r"\s+")
-# Quote marks and apostrophe look-alikes (a backtick, a modifier letter, a prime) read as the plain ones.
-_FOLD = str.maketrans(
-    {c: "'" for c in "\u2018\u2019`\u00b4\u02bc\u2032"} | {"\u201c": '"', "\u201d": '"', "[": "", "]": ""}
-)
-
-# Every key a rules file may hold, per level: a misspelt optional key would otherwise be ignored without a word.
-_WORD = re.compile(r"[a-z0-9']+")
-# Words this short or this common say nothing about what a user is asking.
-_STOPWORDS = frozenset(
-    "that this with what your about will have from they them their just there does then "
-    "when where which would could should".split()
-)
-# Words that turn a statement around. A reply holding one that none of its stage's or concern's own lines use
-# does not say what those lines say; contractions are listed with and without the apostrophe.
-NEGATIONS = frozenset(
-    "not no never nobody nothing none neither nor nowhere false untrue lie lies lying wrong nonsense deny denies "
-    "myth myths kidding joke joking fake hoax fabrication fabricated rumour rumor pretend reverse opposite "
-    "cannot can't cant won't wont don't dont doesn't doesnt didn't didnt isn't isnt aren't arent wasn't wasnt "
-    "weren't werent shouldn't shouldnt wouldn't wouldnt couldn't couldnt haven't havent hasn't hasnt "
-    "ain't aint mustn't mustnt needn't neednt shan't shant nope nah hardly scarcely unlikely "
-    # ... or disown it: the speaker doubts it, reports it as someone else's claim, or calls it made up
-    "incorrect inaccurate misleading misstatement doubt doubts doubtful dubious allegedly supposedly reportedly "
-    "fiction fictional rubbish scam scams scammer scammers fraud fraudulent "
-    # (their other forms: a list of words, not of stems, so each form a speaker may use is written out)
-    "lied liar liars denied denying denial falsehood falsehoods falsely fictitious mythical pretended pretending "
-    "pretends joked jokes bogus psych sike jk fib fibs fibbing rumours rumors hearsay legend fantasy fairy "
-    "baloney hogwash poppycock balderdash untruthful rarely "
-    # ... or hedge it into a question the speaker will not answer: a user takes nothing from "maybe ...? who knows"
-    "unsure uncertain maybe perhaps wonder "
-    # ... or make it a what-if: "suppose ...", "imagine ..." asks the user to picture a line, not to take it;
-    # or ask it without a question mark: "tell me whether ..."
-    "suppose supposing hypothetically hypothetical imagine theoretically whether "
-    # ... or call it a trick in one word ("All a con.", "Prank!")
-    "con conned prank pranks pranked pranking bluff bluffs bluffed bluffing troll trolled trolling gotcha "
-    "erroneous erroneously "
-    # ... or say "not" / "false" / "a lie" in another language written in Latin letters (accents read away)
-    "non pas nein nicht falsch faux falso falsa mentira mentiras bugia nao niet".split()
-)
-# Turns of phrase that do the same with words that are harmless alone (sarcasm, taking a line back); matched as
-# whole words with anything but letters between them ("Yeah, right." as much as "yeah right").
-NEGATING_PHRASES = (
-    "yeah right",
-    "as if",
-    "in your dreams",
-    "dream on",
-    "who knows",
-    "who can say",
-    "scratch that",
-    "strike that",
-    "some say",
-    "some people say",
-    "take it back",
-    "take that back",
-    "take this back",
-    "forget i said",
-    "april fools",
-    "what if",
-    "is it true",
-    "would you believe",
-    "could it be",
-    "in theory",
-    "made up",
-    "so they say",
-    "once upon a time",
-    "alternate universe",
-    "parallel world",
-    "make believe",
-    "zero chance",
-    "fat chance",
-    "few would",
-    "like to know if",
-    "tell me if",
-    "let me know if",
-)
-# ... and marks that do it without words: "/s" after a line (sarcasm), a line struck through as ~~...~~ (or with
-# combining strokes, which `normalise` writes as ~~...~~), and the emoji of eye-rolling, lying, winking, joking, a
-# clown or crossed fingers, of crosses, thumbs down, "no" signs, hushing, doubt and a cap ("cap": a lie)
-_SARCASM_EMOJI = "\U0001f644\U0001f925\U0001f61c\U0001f61d\U0001f61b\U0001f92a\U0001f643"
-_SARCASM_EMOJI += "\U0001f60f\U0001f609\U0001f921\U0001f0cf\U0001f91e\U0001f602\U0001f923"
-_SARCASM_EMOJI += "\u274c\u274e\u2716\u26d4\U0001f44e\U0001f6ab\U0001f645\U0001f92b\U0001f928\U0001f914\U0001f9e2"
-_MARKS = rf"/s\b|~~|[{_SARCASM_EMOJI}]"
-_NEGATING = re.compile(r"\b(" + "|".join(r"\W+".join(p.split()) for p in NEGATING_PHRASES) + r")\b|(" + _MARKS + ")")
-
-
-def negations(text: str) -> frozenset[str]:
-    """The negation words and phrases of a text (NEGATIONS, NEGATING_PHRASES), phrases in their listed form."""
-    text = normalise(text)
-    return _negations(text, _WORD.findall(text))
-
-
-# Digits written for the letters they look like: "n0t", "l1es", "f4lse", "fa1se" read as the words a person sees.
-_DIGITS_AS_LETTERS = (str.maketrans("013457", "oieast"), str.maketrans("013457", "oleast"))
-
-
-def _negations(normalised_text: str, words: list[str]) -> frozenset[str]:
-    phrases = {" ".join(_WORD.findall(said)) or mark for said, mark in _NEGATING.findall(normalised_text)}
-    mixed = [w for w in words if not w.isalpha() and any(c.isalpha() for c in w)]  # only words with letters and digits
-    read = [*words, *(w.translate(t) for t in _DIGITS_AS_LETTERS for w in mixed)]
-    return NEGATIONS.intersection(read).union(phrases)
-
-
-# Sounds a speaker makes between words: the repeat and echo checks compare what is said without them, so a line
-# said again with "um, ... like, ..." slipped in is still the line said again.
-FILLERS = frozenset("um uh er erm hmm ah oh like well so yeah okay ok basically actually literally".split())
-
-
-# Combining marks drawn through the letter they sit on (strokes and slashes: canonical combining class 1).
-_OVERLAYS = "".join(chr(i) for i in range(0x0300, 0x1D250) if unicodedata.combining(chr(i)) == 1)
-# a struck span: struck characters and the spaces between them, so its words and phrases read as they are
-_STRUCK = re.compile(f"[^\\s{_OVERLAYS}][{_OVERLAYS}]+(?:\\s*[^\\s{_OVERLAYS}][{_OVERLAYS}]+)*")
-# A right-to-left override shows what follows it, up to its pop mark or the line's end, in reverse order.
-_OVERRIDDEN = re.compile("\u202e([^\u202c\n]*)\u202c?")
-
-
-def normalise(text: str) -> str:
-    """What a reader sees, as plain text: a right-to-left override's span reversed as it is displayed, letters
-    struck through with combining strokes written as ~~struck~~ (which reads as struck out), compatibility-folded
-    (NFKC), accented Latin letters as their plain ones ("nöt" is "not" to a reader), without invisible format
-    characters (zero-width spaces and joiners, direction marks) or marks left over on their own (an underline
-    combined onto each letter); then lowercase, straight quotes, no placeholder brackets, single spaces: the form every
-    match is made on. A word with a zero-width space inside looks the same on screen and must read the same."""
-    if not text.isascii():  # ASCII has no format characters and is its own NFKC form: the common case stays cheap
-        text = _STRUCK.sub(lambda m: f"~~{m[0]}~~", _OVERRIDDEN.sub(lambda m: m[1][::-1], text))
-        kept = (c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) not in ("Cf", "Mn"))
-        text = "".join(map(_plain_letter, kept))
-    return _SPACES.sub(" ", text.translate(_FOLD).lower()).strip()
-
-
-@lru_cache(maxsize=4096)
-def _plain_letter(c: str) -> str:
-    """An accented Latin letter as its plain one ("ö" -> "o"); any other character as it is (a kana keeps its marks)."""
-    base = unicodedata.normalize("NFKD", c)[0]
-    return base if c.isalpha() and not c.isascii() and base.isascii() and base.isalpha() else c
-
-
-def matches_any(normalised_text: str, phrases: Iterable[str]) -> bool:
-    return any(p in normalised_text for p in phrases)
-
-
-_QUESTION_MARKS = frozenset("?\u203d\u2e2e\u2753\u2754")  # ? and the interrobang, reversed and emoji ones
-# A sentence ends at a full stop, mark or ellipsis, with whatever closes it (quotes, brackets, emphasis, an emoji),
-# before a space: "3.5" stays one number.
-_SENTENCE_BREAK = re.compile(r"(?<=[.!\u2026" + "".join(_QUESTION_MARKS) + r"])[^\w\s]*\s+")
-_CLOSING = re.compile(r"\W*$")
-
-
-def stated(normalised_text: str) -> str:
-    """The sentences of a text that are not questions: "Is it true that there are no fees?" tells the user nothing
-    about fees, nor does "... fees?!", "**... fees?**" or "... fees?..." (a question mark among its closing marks)."""
-    return " ".join(
-        s for s in _SENTENCE_BREAK.split(normalised_text) if not _QUESTION_MARKS.intersection(_CLOSING.search(s)[0])
-    )
-
-
-def letters_of(normalised_text: str) -> frozenset[str]:
-    """The letters of a text that are not plain ASCII letters."""
-    return frozenset(c for c in normalised_text if not c.isascii() and c.isalpha())
-
-
-def disguised(normalised_text: str, known: frozenset[str] = frozenset()) -> bool:
-    """Whether the text holds a letter the scenario's own lines never write (`known`: their non-ASCII letters),
-    unless it is an accented plain letter ("é"): a Cyrillic "о" inside "nоt", "ΝΟΤ" in Greek capitals, a dotless
-    "ı" or a Latin "ɑ" read as the words they look like to a person and as no word to a matcher. A scenario written
-    in another script (Chinese) knows its letters."""
-    return any(
-        c not in known and not unicodedata.normalize("NFKD", c)[0].isascii() for c in letters_of(normalised_text)
-    )
-
-
-def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
-    """Word n-grams of a text, filler sounds left out; a text shorter than n words is one gram, so a short reply
-    can still repeat."""
-    words = [w for w in words_of(text) if w not in FILLERS]
-    if len(words) < n:
-        return {tuple(words)} if words else set()
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
-
-
-def words_of(text: str) -> list[str]:
-    """The words of a text as every check reads them (normalised; apostrophes kept: "it's" is one word)."""
-    return _WORD.findall(normalise(text))
-
-
-def content_words(text: str) -> set[str]:
-    return _content(words_of(text))
-
-
-def _content(words: list[str]) -> set[str]:
-    return {w for w in words if len(w) >= 4 and w not in _STOPWORDS and not any(c.isdigit() for c in w)}
+READING_VERSION = 8  # 4: padded and disguised repeats, negations without "not"; 5: lines disowned or hedged ("I
+# doubt that", "Is it true that ...? I'm unsure"), sarcasm; 6: answers asked as questions, hypotheticals, more
+# disowning word forms and take-backs, look-alike letters of other scripts, salads hidden behind a negation; 7: what a
+# reader sees of marks and letters (text struck through with combining strokes, the reversed display of a
+# right-to-left override, accented letters as their plain ones), negations with digits for letters ("n0t"), more
+# disowning words, emoji and other languages' plain negations; 8: phrases heard as whole words only ("legitimate" is
+# not in "illegitimate"), markup a reader is not shown read as unsaid and the reply that holds it as unusable
 
 
 def voiced_kinds(library) -> dict[str, str]:
     """What a user of this behaviour library says when voicing a concern (each behaviour's utterance, and its
     description, which stands in for it in libraries without one), normalised, mapped to the concern's category."""
     return {normalise(said): b.category for b in library.behaviours for said in filter(None, (b.utterance, b.text))}
-
-
-def share(grams: set, seen: set) -> float:
-    """Share of `grams` found in `seen` (0 for an empty text)."""
-    return len(grams & seen) / len(grams) if grams else 0.0
 
 
 @dataclass(frozen=True)
@@ -304,10 +124,10 @@ class _Said:
 
     def __init__(self, normalised_text: str):
         text = normalise(normalised_text)
-        words = _WORD.findall(text)
+        words = WORD.findall(text)
         self.text, self.stated = text, stated(text)
-        self.words = _content(words)
-        self.negations = _negations(text, words)
+        self.words = content_of(words)
+        self.negations = negations_in(text, words)
 
 
 # A stage's or concern's phrase check: its key (stage index or concern category), its phrases, the words of its own
@@ -317,7 +137,7 @@ _Check = tuple[object, tuple[str, ...], _Said, frozenset[str]]
 
 def _check(key, phrases: tuple[str, ...], own: _Said, lines: tuple[str, ...]) -> _Check:
     texts = [normalise(line) for line in lines]
-    asked = frozenset(p for p in phrases for t in texts if p in t and p not in stated(t))
+    asked = frozenset(p for p in phrases for t in texts if says(t, p) and not says(stated(t), p))
     return key, phrases, own, asked
 
 
@@ -358,11 +178,12 @@ class Reading:
     repeated: bool  # mostly what the agent already said
     echoed: bool  # mostly the user's own last words
     disguised: bool = False  # holds a letter the scenario never writes (look-alikes of Latin ones)
+    hidden: bool = False  # holds markup a reader is not shown (an HTML comment, a tag)
 
     @property
     def usable(self) -> bool:
         """Whether the reply can land a stage or answer a concern at all."""
-        return not (self.salad or self.repeated or self.echoed or self.disguised)
+        return not (self.salad or self.repeated or self.echoed or self.disguised or self.hidden)
 
 
 @dataclass(frozen=True)
@@ -396,7 +217,7 @@ class Rules:
             return [
                 (key, own)
                 for key, phrases, own, asked in checks
-                if any(p in said.stated or (p in asked and p in said.text) for p in phrases)
+                if any(says(said.stated, p) or (p in asked and says(said.text, p)) for p in phrases)
                 and len(said.words & own.words) >= d.substance_words
             ]
 
@@ -501,4 +322,5 @@ class Rules:
             repeated=bool(grams) and repeat >= d.repeat_share,
             echoed=bool(grams) and echo >= d.echo_share,
             disguised=disguised(text, self.letters),
+            hidden=hidden_markup(reply),
         )

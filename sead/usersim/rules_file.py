@@ -12,7 +12,8 @@ from typing import NoReturn
 import yaml
 
 from sead.errors import SEADInputError, read_user_text
-from sead.usersim.rules import ConcernRules, Dynamics, Rules, StageRules, normalise
+from sead.usersim.rules import ConcernRules, Dynamics, Rules, StageRules
+from sead.usersim.visible_text import normalise, says
 
 TOP_KEYS = (
     "stages",
@@ -190,7 +191,8 @@ class _Reader:
         """No phrase of one group may contain, or be contained in, a phrase of another."""
         for field, phrases in groups.items():
             for i, p in enumerate(phrases):
-                clash = next(((g, q) for g, qs in groups.items() if g != field for q in qs if p in q or q in p), None)
+                others = ((g, q) for g, qs in groups.items() if g != field for q in qs)
+                clash = next(((g, q) for g, q in others if says(q, p) or says(p, q)), None)
                 if clash:
                     self.fail(
                         f"{p!r} overlaps {clash[1]!r} of {clash[0]}: a reply saying it would count as both",

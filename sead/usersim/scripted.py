@@ -9,7 +9,8 @@ lower initial state does not make success more likely (tests/test_scripted.py me
 The user is served one thing at a time, in the agent's own words: a stage lands only when it is the next one
 and no concern of the user is open; an open concern is settled only by an answer to that kind of concern; and a
 reply that cues several stages or answers several kinds at once (a salad), that mostly repeats the agent, or that
-mostly echoes the user earns nothing (`Rules.read`; tests/test_adversarial.py plays agents that try each).
+mostly echoes the user earns nothing (`Rules.read`; tests/test_adversarial.py plays the agents of
+`sead.testing.adversarial_agents` that try each).
 
 The simulator keeps no state between calls. Each call replays the dialogue from the profile's initial values;
 the numbers a past turn drew by chance are taken from what the simulator reported in that turn (its raw
@@ -26,8 +27,9 @@ from sead.scenario.behaviours import Behaviour
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
 from sead.usersim.base import Exchange, UserReply, UserSimulator
-from sead.usersim.rules import READING_VERSION, Rules, matches_any, normalise
+from sead.usersim.rules import READING_VERSION, Rules
 from sead.usersim.rules_file import scenario_rules
+from sead.usersim.visible_text import matches_any, normalise
 
 STATE_DIMENSIONS = ("cooperation", "emotion", "trust")
 

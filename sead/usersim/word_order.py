@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sead.usersim.rules import normalise
+from sead.usersim.visible_text import normalise
 
 # Words and the punctuation that ends a clause; a hyphenated word ("in-office") is one word, as readers take it.
 _TOKEN = re.compile(r"[a-z0-9'][a-z0-9'-]*|[.,!?;:]")

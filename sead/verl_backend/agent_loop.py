@@ -10,14 +10,14 @@ only inside verl processes (plugin.py does).
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from sead.dialogue.agent import AgentOutput, AgentPolicy, AgentRequest
-from sead.verl_backend.episode_io import extra_fields, load_context, play_row
-
-AGENT_NAME = "sead_dialogue"
+from sead.verl_backend.dataset import AGENT_NAME
+from sead.verl_backend.episode_io import RunPlays, extra_fields, load_context, play_row
 
 
 class ServerManagerPolicy(AgentPolicy):
@@ -45,23 +45,31 @@ class ServerManagerPolicy(AgentPolicy):
 
 @register(AGENT_NAME)
 class SEADDialogueAgentLoop(AgentLoopBase):
-    def __init__(self, *args, sead_config: str, step_offset: int = 0, steps_per_iteration: int = 1, **kwargs):
+    """Reads which dialogue to play from the row SEAD wrote (`extra_info`), never from what one of verl's trainers
+    alone passes (its V1 trainer's `global_steps` and `session_id`), so both trainers run it."""
+
+    def __init__(
+        self, *args, sead_config: str, plays_file: str, steps_per_iteration: int, validations: list[int], **kwargs
+    ):
         super().__init__(*args, **kwargs)
-        self.sead_config, self.step_offset, self.steps_per_iteration = sead_config, step_offset, steps_per_iteration
+        self.sead_config = sead_config
+        self.plays = RunPlays(
+            Path(plays_file),
+            steps_per_iteration,
+            tuple(validations),
+            group_size=int(self.rollout_config.n),
+            val_trials=int(self.rollout_config.val_kwargs.n),
+        )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         ctx = load_context(self.sead_config)
         policy = ServerManagerPolicy(self.server_manager, sampling_params, uuid.uuid4().hex)
-        # global_steps and session_id come from verl's V1 worker (trainer.use_v1=true, the default)
         ep, tokens = await play_row(
             ctx,
             policy,
             self.tokenizer,
             extra_info=dict(kwargs["extra_info"]),
-            step=self.step_offset + int(kwargs.get("global_steps", 0)),
-            session=int(kwargs.get("session_id", 0)),
-            group_size=int(self.rollout_config.n),
-            steps_per_iteration=self.steps_per_iteration,
+            plays=self.plays,
             response_length=int(self.rollout_config.response_length),
         )
         timing = ep.meta["timing"]

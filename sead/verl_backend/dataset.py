@@ -9,27 +9,39 @@ scenario's dimensions and drop empty behaviour lists to nulls.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from sead.scenario.profiles import Profile
 
 DATA_SOURCE = "sead"
+AGENT_NAME = "sead_dialogue"  # the agent loop every row names (registered by agent_loop.py)
 
 
-def profile_rows(
-    profiles: list[Profile], *, system_prompt: str, sop_role: str, split: str, agent_name: str = "sead_dialogue"
-) -> list[dict]:
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+def training_rows(by_step: Mapping[int, list[Profile]], *, system_prompt: str, sop_role: str) -> list[dict]:
+    """Each step's profiles, in step order. A row's `extra_info` says which dialogues it is, so that the agent loop
+    reads it from the row whichever of verl's trainers plays it: its SEAD `step` and `group`, the profile's place
+    among that step's profiles."""
+    placed = [({"step": step, "group": g}, p) for step, profiles in by_step.items() for g, p in enumerate(profiles)]
+    return _rows(placed, "train", system_prompt, sop_role)
+
+
+def validation_rows(profiles: list[Profile], *, system_prompt: str, sop_role: str) -> list[dict]:
+    """The validation profiles; `group` is a profile's place in the validation set."""
+    return _rows([({"group": g}, p) for g, p in enumerate(profiles)], "val", system_prompt, sop_role)
+
+
+def _rows(placed: list[tuple[dict, Profile]], split: str, system_prompt: str, sop_role: str) -> list[dict]:
+    """`index` is a row's place in its file, which verl reads as the row's id."""
     return [
         {
             "data_source": DATA_SOURCE,
-            "agent_name": agent_name,
+            "agent_name": AGENT_NAME,
             "prompt": [{"role": sop_role, "content": system_prompt}],
             "reward_model": {"style": "rule", "ground_truth": ""},
-            "extra_info": {"index": i, "split": split, "profile": json.dumps(p.to_dict())},
+            "extra_info": {"index": i, "split": split, **where, "profile": json.dumps(p.to_dict())},
         }
-        for i, p in enumerate(profiles)
+        for i, (where, p) in enumerate(placed)
     ]
 
 

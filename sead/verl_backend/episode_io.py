@@ -4,6 +4,9 @@
   the run's resolved config (verl creates a new agent-loop object for every trajectory).
 - `trajectory_tokens`: an Episode's token ids and loss mask split the way verl wants them (prompt | response).
 - `rollout_path` / `append_record`: the run directory's rollout JSONL, written from many worker processes.
+- `RunPlays` / `dialogue_of_row`: which dialogue a play of a dataset row is, from the row's own data and how often
+  the row was played before in the same verl run, so that no verl trainer has to say (verl's V1 trainer passes a
+  step and a session index; its legacy trainer, which verl's development branch restores, passes neither).
 - `play_row`: one dataset row -> one dialogue, recorded; the agent loop's whole job apart from verl's types.
 """
 
@@ -140,32 +143,75 @@ def rollout_path(layout: RunLayout, *, split: str, step: int, steps_per_iteratio
 
 def append_record(path: Path, record: dict) -> None:
     """Append one JSON line; several agent-loop worker processes write the same file, so lock it."""
+    _append_locked(path, (json.dumps(record) + "\n").encode("utf-8"))
+
+
+def _append_locked(path: Path, line: bytes, count: bytes | None = None) -> int:
+    """Append `line` under an exclusive lock; return how many lines equal to `count` the file held before."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record) + "\n").encode("utf-8")
-    with open(path, "ab") as fh:
+    with open(path, "a+b") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
+            seen = 0
+            if count is not None:
+                fh.seek(0)
+                seen = sum(held == count for held in fh)
             fh.write(line)
             fh.flush()
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+    return seen
+
+
+@dataclass(frozen=True)
+class RunPlays:
+    """What one verl run (one SEAD iteration) plays, as the outer loop writes it into the agent-loop config: each
+    training row `group_size` times in its step, and the validation rows `val_trials` times for each of
+    `validations` (k: the validation after k iterations; 0, before training, comes first in the first run).
+    `plays_file` counts the plays of each row across the run's worker processes."""
+
+    plays_file: Path
+    steps_per_iteration: int
+    validations: tuple[int, ...]
+    group_size: int
+    val_trials: int
+
+    def claim(self, extra_info: dict) -> int:
+        """This play's number among the plays of its row in this run (0 for the first), counted in `plays_file`:
+        the n plays of one row in one step (a GRPO group) are the same row n times, told apart by nothing else."""
+        key = f"{extra_info.get('split', 'train')} {extra_info.get('step')} {extra_info['group']}\n".encode()
+        return _append_locked(self.plays_file, key, count=key)
+
+
+@dataclass(frozen=True)
+class RowDialogue:
+    split: str
+    step: int  # the SEAD step it trains (validation: the step after which it measures)
+    group: int  # the profile's place among its step's profiles, or in the validation set
+    session: int  # the rollout's place in its group, or the validation trial
+
+    @property
+    def episode_id(self) -> str:
+        return f"{self.split}-s{self.step}-p{self.group}-r{self.session}"
+
+
+def dialogue_of_row(extra_info: dict, play: int, plays: RunPlays) -> RowDialogue:
+    """Which dialogue the `play`-th play of a row is: training rows carry their step; validation rows are played
+    `val_trials` times per validation, the validations in order."""
+    split, group = str(extra_info.get("split", "train")), int(extra_info["group"])
+    if split == "train":
+        return RowDialogue(split, int(extra_info["step"]), group, play)
+    validation = plays.validations[min(play // plays.val_trials, len(plays.validations) - 1)]
+    return RowDialogue(split, validation * plays.steps_per_iteration, group, play % plays.val_trials)
 
 
 async def play_row(
-    ctx: SEADContext,
-    agent: AgentPolicy,
-    tokenizer,
-    *,
-    extra_info: dict,
-    step: int,
-    session: int,
-    group_size: int,
-    steps_per_iteration: int,
-    response_length: int,
+    ctx: SEADContext, agent: AgentPolicy, tokenizer, *, extra_info: dict, plays: RunPlays, response_length: int
 ) -> tuple[Episode, TrajectoryTokens]:
-    """Play the row's profile, score it, append its record to the run directory, and split its tokens."""
+    """Play one play of the row's profile, score it, append its record to the run directory, and split its
+    tokens."""
     profile = profile_from_dict(json.loads(extra_info["profile"]), ctx.scenario.space, ctx.scenario.library)
-    split, index = str(extra_info.get("split", "train")), int(extra_info.get("index", 0))
+    d = dialogue_of_row(extra_info, plays.claim(extra_info), plays)
     ep = await run_episode(
         profile,
         scenario=ctx.scenario,
@@ -173,13 +219,12 @@ async def play_row(
         user=ctx.user,
         tokenizer=tokenizer,
         cfg=ctx.runner_cfg,
-        seed=train_episode_seed(int(ctx.cfg.seed), step, index, session, group_size),
-        episode_id=f"{split}-s{step}-p{index}-r{session}",
+        seed=train_episode_seed(int(ctx.cfg.seed), d.step, d.group, d.session, plays.group_size),
+        episode_id=d.episode_id,
     )
-    ep.meta.update(group=index, step=step, reward=ctx.score(ep))
+    ep.meta.update(group=d.group, step=d.step, reward=ctx.score(ep))
     tokens = trajectory_tokens(ep, ctx.first_prompt(tokenizer), response_length)
     ep.meta["truncated"] = tokens.truncated
-    append_record(
-        rollout_path(ctx.layout, split=split, step=step, steps_per_iteration=steps_per_iteration), ep.to_dict()
-    )
+    path = rollout_path(ctx.layout, split=d.split, step=d.step, steps_per_iteration=plays.steps_per_iteration)
+    append_record(path, ep.to_dict())
     return ep, tokens

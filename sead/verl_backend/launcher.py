@@ -15,40 +15,48 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from sead.backends import VERL_REFUSES
 from sead.config import number, one_of, runner_config, to_schema
+from sead.dialogue.runner import RunnerConfig
 from sead.errors import SEADInputError
 from sead.run.layout import Entry
 from sead.trainer.schema import TrainerConfig
+from sead.verl_backend.dataset import AGENT_NAME
 
 PLUGIN_MODULE = "sead.verl_backend.plugin"
 
 
 @dataclass
 class VerlSettings:
-    nnodes: int = number(1, ge=1, le=10_000)
+    # verl's trainer: its V1 trainer (TransferQueue), what verl 0.9.1 runs by default; false: its legacy
+    # RayPPOTrainer, which verl's development branch makes the only one (there, true fails at start). SEAD's agent
+    # loop reads everything it needs from its own rows, so it runs under either.
+    use_v1: bool = True
+    nnodes: int = number(1, ge=1, le=10_000)  # machines in the Ray cluster
     # training GPUs per node; GPUs serving the user simulator are not counted
     n_gpus_per_node: int = number(8, ge=1, le=1024)
     # scripts/main.sh serves the user simulator here
     usersim_gpus: list[int] = number(default_factory=list, ge=0, le=1023)
-    usersim_port: int = number(8000, ge=1, le=65535)
+    usersim_port: int = number(8000, ge=1, le=65535)  # the first user-simulator server's port (one per GPU)
     usersim_model: str = ""  # what scripts/main.sh serves there (becomes usersim.model)
     usersim_gpu_memory: float = number(0.85, gt=0, le=1)  # vLLM memory fraction of each user-simulator instance
-    rollout_engine: str = one_of("vllm", "sglang")
+    rollout_engine: str = one_of("vllm", "sglang")  # what generates the agent's turns in verl
     tensor_parallel: int = number(1, ge=1, le=1024)  # rollout tensor parallelism
-    gpu_memory_utilization: float = number(0.5, gt=0, le=1)
+    gpu_memory_utilization: float = number(0.5, gt=0, le=1)  # the rollout engine's share of each training GPU
     max_prompt_length: int = number(2048, ge=1, le=10_000_000)  # the SOP prompt must fit
     # everything after the prompt: all agent and user turns
     max_response_length: int = number(9216, ge=1, le=10_000_000)
+    # sequences per forward/backward (actor, reference, log-probs)
     micro_batch_per_gpu: int = number(1, ge=1, le=65_536)
-    use_dynamic_bsz: bool = True
-    max_token_len_per_gpu: int = number(16384, ge=1, le=100_000_000)
-    param_offload: bool = False
-    optimizer_offload: bool = False
-    gradient_checkpointing: bool = True
+    use_dynamic_bsz: bool = True  # pack micro-batches by tokens (max_token_len_per_gpu) instead of by count
+    max_token_len_per_gpu: int = number(16384, ge=1, le=100_000_000)  # tokens per micro-batch with use_dynamic_bsz
+    param_offload: bool = False  # FSDP: keep the weights in CPU memory between uses
+    optimizer_offload: bool = False  # FSDP: keep the optimiser state in CPU memory
+    gradient_checkpointing: bool = True  # recompute activations in the backward pass: less memory, more time
     agent_workers: int = number(8, ge=1, le=10_000)  # agent-loop Ray actors
     reward_workers: int = number(2, ge=1, le=10_000)  # reward Ray actors (the rule-based reward is cheap)
-    logger: list[str] = field(default_factory=lambda: ["console", "file"])
-    overrides: list[str] = field(default_factory=list)
+    logger: list[str] = field(default_factory=lambda: ["console", "file"])  # verl's loggers (wandb, tensorboard too)
+    overrides: list[str] = field(default_factory=list)  # raw verl Hydra overrides, appended last (so they win)
 
 
 def verl_settings(cfg: DictConfig) -> VerlSettings:
@@ -59,6 +67,12 @@ def verl_settings(cfg: DictConfig) -> VerlSettings:
             field="verl.tensor_parallel",
         )
     return vs
+
+
+def _get(obj, path: list[str]):
+    for name in path:
+        obj = getattr(obj, name)
+    return obj
 
 
 def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
@@ -72,28 +86,12 @@ def check_sead_config(cfg: DictConfig, vs: VerlSettings) -> TrainerConfig:
         raise SEADInputError(
             "backend=verl runs GRPO; the PPO value head is embedded-only", field="trainer.update.estimator"
         )
-    embedded_only = {
-        "trainer.lora": tc.lora.enabled,
-        "trainer.warmup": tc.warmup.dialogues > 0,
-        # verl's agent-loop workers are separate processes: they cannot share one cache
-        "dialogue.response_cache": runner_config(cfg).response_cache.enabled,
-        # verl validates after every iteration, and refills flat groups by its own rule (filter_groups)
-        "trainer.validation.every": tc.validation.every != 1,
-        "trainer.update.refill_rounds": tc.update.refill_rounds > 0,
-        "trainer.update.loss_tokens": tc.update.loss_tokens != "kept",  # verl refills the batch instead
-        # a second round of dialogues inside the step, from the first round's prefixes
-        "trainer.branch.groups": tc.branch.groups > 0,
-        # verl's agent loop seeds each rollout of a group apart (train_episode_seed)
-        "trainer.group_user": tc.group_user != "own",
-        # verl's actor keeps no second copy of the weights to average into
-        "trainer.weight_ema": tc.weight_ema > 0,
-        # its actor's loss has no imitation term (and the warm-up whose dialogues it reads is embedded-only)
-        "trainer.update.imitation_coef": tc.update.imitation_coef > 0,
-        "trainer.update.policy_gradient": not tc.update.policy_gradient,  # the anchor's control, as the anchor
-    }
-    for name, on in embedded_only.items():
-        if on:
-            raise SEADInputError(f"{name} is embedded-only; turn it off for backend=verl", field=name)
+    defaults = {"trainer": TrainerConfig(), "dialogue": RunnerConfig()}
+    settings = {"trainer": tc, "dialogue": runner_config(cfg)}
+    for name, why in VERL_REFUSES.items():
+        group, *path = name.split(".")
+        if _get(settings[group], path) != _get(defaults[group], path):
+            raise SEADInputError(f"{name} is embedded-only ({why}); turn it off for backend=verl", field=name)
     if tc.profiles_per_step % tc.update.mini_batches:
         raise SEADInputError(
             f"verl splits a step's {tc.profiles_per_step} profiles (trainer.profiles_per_step) into equal "
@@ -129,6 +127,7 @@ class RunFiles:
     train_file = Entry("train.parquet")
     val_file = Entry("val.parquet")
     agent_loop_config = Entry("agent_loop.yaml")
+    plays_file = Entry("plays.txt")  # how often each row was played (`episode_io.RunPlays`)
     checkpoint_dir = Entry("checkpoints")
     metrics_file = Entry("metrics.jsonl")  # verl's file logger
     log_file = Entry("verl.log")
@@ -150,7 +149,7 @@ def _sampling(prefix: str, s) -> list[str]:
 def verl_overrides(cfg: DictConfig, vs: VerlSettings, tc: TrainerConfig, files: RunFiles) -> list[str]:
     u, a, r = tc.update, "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     return [
-        "trainer.use_v1=true",
+        f"trainer.use_v1={vs.use_v1}",
         "algorithm.adv_estimator=grpo",
         f"algorithm.norm_adv_by_std_in_grpo={u.normalise_std}",
         f"algorithm.filter_groups.enable={u.dynamic_sampling}",
@@ -203,7 +202,7 @@ def verl_overrides(cfg: DictConfig, vs: VerlSettings, tc: TrainerConfig, files: 
         f"{r}.log_prob_micro_batch_size_per_gpu={vs.micro_batch_per_gpu}",
         f"{r}.calculate_log_probs=true",
         f"{r}.agent.num_workers={vs.agent_workers}",
-        f"{r}.agent.default_agent_loop=sead_dialogue",
+        f"{r}.agent.default_agent_loop={AGENT_NAME}",
         f"{r}.agent.agent_loop_config_path={files.agent_loop_config}",
         f"reward.num_workers={vs.reward_workers}",
         "reward.custom_reward_function.path=pkg://sead.verl_backend.reward_fn",

@@ -29,7 +29,7 @@ from sead.controller.plausibility import training_profiles
 from sead.dialogue.episode import Episode
 from sead.dialogue.rollout_log import read_rollouts
 from sead.errors import SEADInputError
-from sead.metrics import HackMonitor
+from sead.hack_monitor import HackMonitor
 from sead.run.checkpoints import commit_checkpoint, new_checkpoint_dir
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.json_lines import read_json_lines
@@ -39,7 +39,7 @@ from sead.run.metrics_log import MetricsLogger
 from sead.run.start import start_or_resume
 from sead.run.steps import finish_step, write_controller_state, write_validation_metrics
 from sead.usersim.base import environment_identity
-from sead.verl_backend.dataset import profile_rows, write_rows
+from sead.verl_backend.dataset import AGENT_NAME, training_rows, validation_rows, write_rows
 from sead.verl_backend.launcher import (
     RunFiles,
     check_sead_config,
@@ -77,13 +77,10 @@ class VerlTrainer:
         self.val_profiles = fixed_profiles(self.scenario, self.tc.validation.profiles, self.tc.validation.seed)
         self.layout.create()
 
-    def _rows(self, profiles, split: str) -> list[dict]:
-        return profile_rows(
-            profiles,
-            system_prompt=self.scenario.agent_system_prompt(),
-            sop_role=str(self.cfg.dialogue.sop_role),
-            split=split,
-        )
+    @property
+    def row_format(self) -> dict:
+        """What every dataset row's prompt is made of (`training_rows`, `validation_rows`)."""
+        return {"system_prompt": self.scenario.agent_system_prompt(), "sop_role": str(self.cfg.dialogue.sop_role)}
 
     def _files(self, iteration: int) -> RunFiles:
         return RunFiles(
@@ -101,10 +98,10 @@ class VerlTrainer:
         stale += [self.layout.validation_dialogues(k) for k in [iteration + 1] + ([0] if iteration == 0 else [])]
         for path in stale:
             path.unlink(missing_ok=True)
-        profiles = []
+        by_step = {}
         for step in range(iteration * spi + 1, (iteration + 1) * spi + 1):
             # step by step, as the embedded loop draws and checks them: the same profiles, asked the same
-            drawn, self.checked[step] = asyncio.run(
+            by_step[step], self.checked[step] = asyncio.run(
                 training_profiles(
                     self.controller,
                     self.tc.profiles_per_step,
@@ -114,19 +111,21 @@ class VerlTrainer:
                     step=step,
                 )
             )
-            profiles += drawn
         files = self._files(iteration)
-        write_rows(self._rows(profiles, "train"), files.train_file)
-        write_rows(self._rows(self.val_profiles, "val"), files.val_file)
+        files.plays_file.unlink(missing_ok=True)  # a rerun after a crash plays every row afresh
+        write_rows(training_rows(by_step, **self.row_format), files.train_file)
+        write_rows(validation_rows(self.val_profiles, **self.row_format), files.val_file)
         files.agent_loop_config.write_text(
             yaml.safe_dump(
                 [
                     {
-                        "name": "sead_dialogue",
+                        "name": AGENT_NAME,
                         "_target_": "sead.verl_backend.agent_loop.SEADDialogueAgentLoop",
                         "sead_config": str(self.config_file),
-                        "step_offset": iteration * spi,
+                        "plays_file": str(files.plays_file),
                         "steps_per_iteration": spi,
+                        # verl validates before training (first run only) and after its last step
+                        "validations": [0, 1] if files.validate_first else [iteration + 1],
                     }
                 ]
             ),

@@ -2,7 +2,7 @@
 // with snprintf into a plain C string.
 //
 // TORCH_CHECK with values in its message builds it with c10::str, stream code instantiated in this library. On
-// one NVIDIA host (gcc 13.3, torch 2.11.0+cu130, session 37) a failing check of that kind crashed the process
+// one NVIDIA host (gcc 13.3, torch 2.11.0+cu130, 2026-11-27) a failing check of that kind crashed the process
 // (SIGSEGV) instead of raising, while checks with a fixed message raised. Handed one C string, c10 builds the
 // exception inside its own library: the path that raised there.
 #pragma once

@@ -4,7 +4,7 @@
 //
 // A decoding step has one query per row and 3 query heads per key/value head. As batched matmuls (one per row and
 // key/value head, 3 query rows each) oneDNN's bf16 kernel takes about 3x the time of reading the keys once, and the
-// fp32 softmax between the two matmuls adds as much again (benchmarks/RESULTS.md). Here each (row, key/value head)
+// fp32 softmax between the two matmuls adds as much again (measured 2026-11-26). Here each (row, key/value head)
 // is one task: the keys of its valid positions are read once for all its query heads (bf16 dot products with fp32
 // sums), the softmax runs on a small scratch buffer, and the values are read once. Positions outside the first and
 // last valid one of a row (left padding, room reserved for tokens not decoded yet) are never read, nor are the
@@ -14,6 +14,7 @@
 // out = sum_j exp(scale * (s_j - m)) v_j, m = max_j s_j, l = sum_j exp(scale * (s_j - m)), s_j = q . k_j.
 #pragma once
 
+#include "valid_span.h"
 #include "avx512_bf16.h"
 
 #include <algorithm>
@@ -151,13 +152,7 @@ inline void run_task(const Task& t, int group, float scale, std::vector<float>& 
   }
 }
 
-// the valid positions of a row: [first, last) around every true entry of `row` (nothing valid: first == last)
-inline void valid_span(const bool* row, int64_t positions, int64_t& first, int64_t& last) {
-  first = 0;
-  last = positions;
-  while (first < last && !row[first]) ++first;
-  while (last > first && !row[last - 1]) --last;
-}
+using sead::valid_span;
 
 // one task at the head size it was built for (64 or 128)
 inline void run_task_dim(const Task& t, int64_t dim, int group, float scale, std::vector<float>& scratch) {

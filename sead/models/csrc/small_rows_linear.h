@@ -9,7 +9,7 @@
 // one sequential stream (the hardware prefetcher's best case). A tile of up to 12 rows keeps 24 accumulators in
 // registers; more rows take the block again (from L2). At 1-8 rows it streams the weights at 0.75-0.8 of the
 // machine's measured bandwidth (oneDNN: about 0.5); at 32-64 rows it runs at 0.9-1.0 of its bf16 matmul rate
-// (oneDNN: 0.7-0.85; session 34, benchmarks/RESULTS.md; an earlier layout that summed 32 inputs per lane and reduced
+// (oneDNN: 0.7-0.85; measured 2026-11-27; an earlier layout that summed 32 inputs per lane and reduced
 // across lanes ran at 0.6 of it).
 #pragma once
 
