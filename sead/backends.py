@@ -36,6 +36,7 @@ EMBEDDED_ONLY = (
     "trainer.turn_cache_mb",
     "trainer.cuda_graph",
     "trainer.max_minutes",
+    "trainer.fit_minutes",  # the verl recipe runs as set
     "trainer.save_every",  # verl saves at the end of each iteration
     "trainer.validation.at_start",  # verl validates before its first iteration always
     "trainer.validation.before_warmup",

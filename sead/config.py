@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, read_user_text
 
 SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the checkout's, beside the package
 
@@ -50,38 +51,51 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "sead") -> Dic
             first, _, rest = message.partition("\n")
             message = f"{first}{did_you_mean(match[1], config_dir())}\n{rest}".strip()
         raise SEADInputError(f"bad config or override: {message}") from None
-    except UnicodeDecodeError:
-        from sead.errors import read_user_text
-
-        for f in sorted(config_dir().rglob("*.yaml")):  # Hydra does not say which file it could not decode
-            read_user_text(f, "config file")
+    except (UnicodeDecodeError, yaml.YAMLError):
+        for f in sorted(config_dir().rglob("*.yaml")):  # Hydra does not say which file it could not read
+            check_yaml_file(f)
         raise
     if cfg.get("resume") and config_name == "sead":
         from sead.run.frozen_config import with_saved_settings
 
-        # A preset (a group that sets keys all over the config) is the base the run's values are read against;
-        # a group with a section of its own (`usersim=openai`) sets that whole section.
-        base = [o for o in overrides if _group_choice(o) and _group_choice(o) not in cfg]
-        cfg = with_saved_settings(cfg, load_config(base), overrides)
+        # Against the defaults: a preset or group named on a resume sets what it changes, like a key=value does,
+        # and the resume accepts or refuses that change; it is never dropped for the run's own values unsaid.
+        cfg = with_saved_settings(cfg, load_config([]), overrides)
     return cfg
 
 
-def _group_choice(override: str) -> str | None:
-    """The group of `preset=cpu` or `usersim=openai` (a folder of configs), or None for a value override."""
-    key = override.lstrip("+~").split("=", 1)[0]
-    return key if "." not in key and (config_dir() / key).is_dir() else None
+def check_yaml_file(path: Path) -> None:
+    """Raise SEADInputError naming `path` and the line where it is not UTF-8 text or not YAML."""
+    text = read_user_text(path, "config file")
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SEADInputError(
+            f"not valid YAML: {problem}", path=path, line=mark.line + 1 if mark is not None else None
+        ) from None
+
+
+MAX_SEED = 2**31 - 1  # a seed a user sets; the seeds derived from it (sead.dialogue.seeds) stay within 64 bits
+# The temperatures sampling takes besides 0 (greedy): logits are divided by it, and past these bounds the division
+# overflows (1e-9) or flattens every distribution to noise (inf).
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 10.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Domain:
     """The values a config field accepts. None (an optional field switched off) always passes; a list field's
-    items and a dict field's values are checked one by one."""
+    items and a dict field's values are checked one by one. Every numeric field has an upper bound as well as a
+    lower one: a finite but absurd value (an lr of 1e30) fails at load, not as weights of 1e30 saved with exit 0.
+    `also`: single values accepted outside the range (a temperature of 0, greedy, below the least sampled one)."""
 
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
     lt: float | None = None
     choices: tuple[str, ...] = ()
+    also: tuple[float, ...] = ()
 
     def _bounds(self):
         return [
@@ -96,15 +110,16 @@ class Domain:
         ]
 
     def describe(self) -> str:
-        """What the field takes, as the error says it: `one of a, b` or `>= 0 and < 1`."""
+        """What the field takes, as the error says it: `one of a, b`, `>= 0 and < 1` or `>= 0.01 and <= 10 (or 0)`."""
         if self.choices:
             return f"one of {', '.join(self.choices)}"
-        return " and ".join(f"{sign} {bound:g}" for sign, bound, _ in self._bounds())
+        besides = f" (or {', '.join(f'{a:g}' for a in self.also)})" if self.also else ""
+        return " and ".join(f"{sign} {bound:g}" for sign, bound, _ in self._bounds()) + besides
 
     def problem(self, value: Any) -> str | None:
         items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
         for v in items:
-            if v is None:
+            if v is None or v in self.also:
                 continue
             if self.choices and v not in self.choices:
                 return f"must be {self.describe()}, got {v!r}"
@@ -122,11 +137,12 @@ def number(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
+    also: tuple[float, ...] = (),
 ):
-    """A numeric config field with its domain, e.g. `max_batch: int = number(8, ge=1)`; `to_schema` checks it."""
-    return dataclasses.field(
-        default=default, default_factory=default_factory, metadata={"domain": Domain(ge=ge, gt=gt, le=le, lt=lt)}
-    )
+    """A numeric config field with its domain, e.g. `max_batch: int = number(8, ge=1, le=65536)`; `to_schema`
+    checks it."""
+    domain = Domain(ge=ge, gt=gt, le=le, lt=lt, also=also)
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"domain": domain})
 
 
 def one_of(*choices: str):
@@ -147,22 +163,24 @@ def to_schema(cls, node: Any, field: str):
 
             message += did_you_mean(key, config_dir())
         raise SEADInputError(message, field=key or None) from None
-    obj = OmegaConf.to_object(merged)
-    _check_domains(obj, field)
-    return obj
+    _check_domains(merged, field)  # before the dataclasses' own checks, which compare fields already in range
+    return OmegaConf.to_object(merged)
 
 
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix and key else prefix or key
 
 
-def _check_domains(obj, prefix: str) -> None:
-    for f in dataclasses.fields(obj):
-        value, name = getattr(obj, f.name), _join(prefix, f.name)
-        if dataclasses.is_dataclass(value):
+def _check_domains(node: DictConfig, prefix: str) -> None:
+    """Every field of a structured config node (a dataclass schema merged with the config) against its domain."""
+    for f in dataclasses.fields(OmegaConf.get_type(node)):
+        value, name = node[f.name], _join(prefix, f.name)
+        if isinstance(value, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(value)):
             _check_domains(value, name)
-        elif "domain" in f.metadata and (problem := f.metadata["domain"].problem(value)):
-            raise SEADInputError(problem, field=name)
+        elif "domain" in f.metadata:
+            plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+            if problem := f.metadata["domain"].problem(plain):
+                raise SEADInputError(problem, field=name)
 
 
 # The config groups that have a dataclass schema. Imported when used: some schemas' modules pull in torch.
@@ -189,7 +207,7 @@ def group_config(cfg: DictConfig, group: str):
 
 @dataclasses.dataclass
 class ProfilesConfig:
-    n: int = number(100, ge=1)  # profiles `sead profiles sample` draws from the controller
+    n: int = number(100, ge=1, le=10_000_000)  # profiles `sead profiles sample` draws from the controller
     out: str = "outputs/profiles.jsonl"  # where it writes them: .jsonl or .parquet
 
 
@@ -197,7 +215,7 @@ class ProfilesConfig:
 class TopLevelConfig:
     """The keys of configs/sead.yaml outside the groups (each group below has a schema of its own)."""
 
-    seed: int = number(0, ge=0)  # the run's seed: profiles drawn, every dialogue's sampling and user draws
+    seed: int = number(0, ge=0, le=MAX_SEED)  # the run's seed: profiles drawn, every dialogue's sampling and user draws
     # embedded: torch + transformers on this machine (CPU or one GPU) | verl: multi-GPU (Ray, FSDP, vLLM rollouts)
     backend: str = one_of("embedded", "verl")
     run_dir: str = "outputs/runs/${now:%Y%m%d-%H%M%S}"  # a new folder per run; pass run_dir=... to name it
@@ -206,7 +224,8 @@ class TopLevelConfig:
     # logging, eval.*, profiles.*)
     resume: bool = False
     # with resume: continue even where a setting that defines the run changed; the new config is saved beside the
-    # original as config.resume_NNNNNN.yaml and the change logged
+    # original as config.resume_NNNNNN.yaml and the change logged (never the backend, model.preset, trainer.lora or
+    # the estimator: the checkpoint was made under them)
     resume_allow_changes: bool = False
     profiles: ProfilesConfig = dataclasses.field(default_factory=ProfilesConfig)
     scenario: Any = None  # checked when built: Scenario.from_config names every bad key
@@ -252,9 +271,9 @@ class PlausibilityConfig:
     base_url: str = "http://127.0.0.1:8000/v1"  # an OpenAI-compatible endpoint
     model: str = "Qwen/Qwen2.5-14B-Instruct"  # the model name the endpoint serves
     api_key: str = "EMPTY"  # vLLM ignores it
-    timeout: float = number(60.0, gt=0)  # seconds per call
-    candidates: int = number(30, ge=1)  # library entries offered as replacements per profile
-    concurrency: int = number(8, ge=1)  # calls in flight at once
+    timeout: float = number(60.0, gt=0, le=3600)  # seconds per call
+    candidates: int = number(30, ge=1, le=10_000)  # library entries offered as replacements per profile
+    concurrency: int = number(8, ge=1, le=10_000)  # calls in flight at once
 
 
 @dataclasses.dataclass
@@ -266,12 +285,13 @@ class ControllerConfig:
     band: float = number(0.1, ge=0, le=1)  # sead_marginal: a CR within target +- band counts as on target
     eps: float = number(0.05, gt=0, le=1)  # sead_joint: floor of a state's weight (at 0 all could vanish)
     # dialogues a rule needs before it reweights: sead_marginal in all, sead_joint per state (fewer: at target)
-    min_count: int = number(1, ge=1)
-    window: int = number(1, ge=1)  # updates whose dialogues the rule reads (this one and window - 1 before it)
+    min_count: int = number(1, ge=1, le=1_000_000)
+    # updates whose dialogues the rule reads (this one and window - 1 before it)
+    window: int = number(1, ge=1, le=1_000_000)
     # > 0: draw more users with the kinds of concern the agent answers least (sead/controller/concern_focus.py);
     # 0 draws behaviours uniformly. Measured once (2026-11-29, f = 4, window 10): +0.5 points over the
     # warm-up where the recipe gained +5.0 on the same run seed; dropped from the recipe
-    concern_focus: float = number(0.0, ge=0)
+    concern_focus: float = number(0.0, ge=0, le=100)
     marginals: Any = None  # null: the scenario's default_marginals; else {cooperation: {1: 0.3, ...}, ...}
     plausibility: PlausibilityConfig = dataclasses.field(default_factory=PlausibilityConfig)
 

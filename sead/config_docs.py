@@ -134,8 +134,9 @@ def leading_comment(path: Path) -> str:
     return " ".join(lines)
 
 
-def yaml_keys(path: Path, prefix: str) -> list[KeyDoc]:
-    """The top-level keys of a flat config file with the comment beside each (its only documentation)."""
+def yaml_keys(path: Path, prefix: str, domains: dict | None = None) -> list[KeyDoc]:
+    """The top-level keys of a flat config file with the comment beside each (its only documentation) and the
+    range `domains` gives a key, where it gives one."""
     import yaml
 
     text = path.read_text(encoding="utf-8")
@@ -150,7 +151,7 @@ def yaml_keys(path: Path, prefix: str) -> list[KeyDoc]:
             f"{prefix}.{name}",
             type(value).__name__ if value is not None else "",
             value,
-            "must be set" if value == "???" else "",
+            "must be set" if value == "???" else domains[name].describe() if name in (domains or {}) else "",
             backend_of(f"{prefix}.{name}"),
             comments.get(name, ""),
         )
@@ -159,8 +160,10 @@ def yaml_keys(path: Path, prefix: str) -> list[KeyDoc]:
 
 
 def usersim_sections(config_dir: Path) -> list[SectionDoc]:
+    from sead.usersim.base import SIMULATOR_SETTINGS
+
     return [
-        SectionDoc(f"usersim={p.stem}", leading_comment(p), tuple(yaml_keys(p, "usersim")))
+        SectionDoc(f"usersim={p.stem}", leading_comment(p), tuple(yaml_keys(p, "usersim", SIMULATOR_SETTINGS)))
         for p in sorted((config_dir / "usersim").glob("*.yaml"))
     ]
 

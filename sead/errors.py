@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import json
 from pathlib import Path
 
 
@@ -24,15 +25,22 @@ class SEADInputError(ValueError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+def parse_json(text: str | bytes):
+    """`json.loads`, with nesting too deep for Python's reader (a RecursionError) raised as the JSONDecodeError
+    any other bad JSON raises, so every reader's handler of bad JSON names the file instead of a traceback."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text if isinstance(text, str) else "", 0) from None
+
+
 def jsonl_records(text: str, path: str | Path):
     """Yield (line number, parsed JSON) for each non-blank line; bad JSON raises naming file and line."""
-    import json
-
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
         try:
-            yield lineno, json.loads(raw)
+            yield lineno, parse_json(raw)
         except json.JSONDecodeError as e:
             raise SEADInputError(f"invalid JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
 

@@ -9,8 +9,9 @@ then due (the number acknowledged) and whether the user still held a concern ope
 unanswered question, against a stage that did not land), and what they were lost to: what the user objected to in
 its last turn ("same thing again", "they dodged my question", ...), or how the call ended when it reported no
 objection (a turn limit).
-Each aggregate has mean, sample std, a seeded 95% bootstrap CI and n (for a rate, `wilson_interval` gives the
-score interval, which unlike the bootstrap does not collapse to a point at 0 or n successes). Dialogues that
+Each aggregate has mean, sample std, a 95% CI and n: for a rate of 0/1 outcomes (CR, FPR, SCR) the Wilson score
+interval (`sead.stats.wilson_interval`), which unlike a bootstrap does not collapse to a point at 0 or n successes
+(0 of 4 completed is 0.00-0.49, not 0.00-0.00); for the other metrics a seeded percentile bootstrap. Dialogues that
 ended by a simulator error are counted apart and excluded from every metric: they say nothing about the agent.
 Hack monitors, which read the agent's replies as the scripted user does, are `sead.hack_monitor.HackMonitor`;
 the statistics (bootstrap CIs, Wilson intervals, McNemar's test, pass^k) are in `sead.stats`.
@@ -51,6 +52,7 @@ GLOSSARY = {
     "pass^k": "the chance that k dialogues with one profile all succeed (unbiased per profile, then averaged)",
 }
 STATE_CHANGE_METRICS = {"EI": "emotion", "TI": "trust", "CI": "cooperation"}
+RATES = ("CR", "FPR", "SCR")  # per-dialogue 0/1 outcomes: their CI is Wilson's
 TOKEN_COMPONENTS = ("agent", "user")
 
 
@@ -244,7 +246,7 @@ def compute_metrics(
             "failed": sum(not e.success for e in valid),
             "sim_error": len(episodes) - len(valid),
         },
-        "metrics": {name: summarise(vals, seed=seed) for name, vals in per_dialogue.items()},
+        "metrics": {name: summarise(vals, seed=seed, rate=name in RATES) for name, vals in per_dialogue.items()},
         "end_reasons": _count(e.end_reason for e in episodes),
         "funnel": funnel(valid) if reporting else None,
         "tokens": tokens,

@@ -19,17 +19,20 @@ from sead.scenario.profile_space import ProfileSpace
 @dataclass
 class RewardWeights:
     # Each component already points the right way (agent_hangup is -1 when it happens): a weight only scales it.
-    completion: float = number(1.0, ge=0)  # 1 when the user did what the SOP asked (the original's only term)
-    format: float = number(0.0, ge=0)  # fraction of agent turns whose tags all parsed
-    stage_progress: float = number(0.0, ge=0)  # fraction of SOP stages the user acknowledged (scripted user only)
-    concerns_answered: float = number(0.0, ge=0)  # share of its voiced concerns the user took as answered (idem)
-    portrait_accuracy: float = number(0.0, ge=0)  # UPA: how near the agent's portrait scores were the user's state
-    agent_hangup: float = number(0.0, ge=0)  # the component is -1 when the agent ends the call without success
+    completion: float = number(1.0, ge=0, le=1000)  # 1 when the user did what the SOP asked (the original's only term)
+    format: float = number(0.0, ge=0, le=1000)  # fraction of agent turns whose tags all parsed
+    # fraction of SOP stages the user acknowledged (scripted user only)
+    stage_progress: float = number(0.0, ge=0, le=1000)
+    # share of its voiced concerns the user took as answered (idem)
+    concerns_answered: float = number(0.0, ge=0, le=1000)
+    # UPA: how near the agent's portrait scores were the user's state
+    portrait_accuracy: float = number(0.0, ge=0, le=1000)
+    agent_hangup: float = number(0.0, ge=0, le=1000)  # the component is -1 when the agent ends the call without success
     # -1 when the user hung up. Of the dialogue's failures it is the user's own verdict, and the only one that tells
     # apart short branched continuations (trainer.branch.turns) that all end before any success. Weigh
     # agent_hangup alike, or ending the call itself becomes the agent's way out of a user about to hang up.
-    user_hangup: float = number(0.0, ge=0)
-    turn_efficiency: float = number(0.0, ge=0)  # successful dialogues only: 1 - turns / max_turns
+    user_hangup: float = number(0.0, ge=0, le=1000)
+    turn_efficiency: float = number(0.0, ge=0, le=1000)  # successful dialogues only: 1 - turns / max_turns
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""Statistics over dialogues, one definition each: a mean with its bootstrap CI, the Wilson interval of a rate,
-McNemar's exact test of two models on the same dialogues, and pass^k over repeated trials."""
+"""Statistics over dialogues, one definition each: a mean with its CI (a bootstrap's, or Wilson's for a rate), the
+Wilson interval of a rate, McNemar's exact test of two models on the same dialogues, and pass^k over repeated
+trials."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from fractions import Fraction
 import numpy as np
 
 
-def summarise(values: Iterable[float | None], *, seed: int = 0, resamples: int = 2000) -> dict:
-    """Mean, sample std, 95% percentile-bootstrap CI and count, ignoring None."""
+def summarise(values: Iterable[float | None], *, seed: int = 0, resamples: int = 2000, rate: bool = False) -> dict:
+    """Mean, sample std, 95% CI and count, ignoring None. The CI is a seeded percentile bootstrap's, or with
+    `rate` (values are 0/1 outcomes) Wilson's."""
     x = np.array([v for v in values if v is not None], dtype=float)
     if x.size == 0:
         return {"mean": None, "std": None, "ci95": [None, None], "n": 0}
     std = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    if rate:
+        return {"mean": float(x.mean()), "std": std, "ci95": wilson_interval(int(x.sum()), x.size), "n": int(x.size)}
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     lo, hi = np.percentile(means, [2.5, 97.5])
@@ -29,7 +33,8 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> list[float]:
     p, z2 = successes / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return [max(0.0, centre - half), min(1.0, centre + half)]
+    # the interval holds the rate; at 0 or n of n rounding could leave it a hair outside (a negative error bar)
+    return [min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))]
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:

@@ -297,3 +297,92 @@ def test_bad_parquet_profiles_are_refused_naming_file_and_row(tmp_path, capsys, 
     pd.DataFrame(rows).to_parquet(path)
     code, out = sead(capsys, "profiles", "check", path)
     assert code == 2 and f"{path}{where}" in out and words in out
+
+
+# --- what used to end in a traceback: YAML syntax, deep JSON, broken model folders, a full disk --------------------
+
+
+def test_a_yaml_syntax_error_in_a_scenario_file_names_file_and_line(tmp_path, capsys, scenario_file):
+    choose = scenario_file()
+    path = tmp_path / "configs" / "scenario" / "mine.yaml"
+    path.write_text(path.read_text() + "stages: [greet, refund\nname: {\n")
+    code, out = sead(capsys, "scenario", "check", choose)
+    assert code == 2 and "mine.yaml:" in out and "not valid YAML" in out
+
+
+@pytest.mark.parametrize("command", ["profiles", "testset"])
+def test_json_nested_too_deeply_is_refused_naming_the_file(tmp_path, capsys, command):
+    bad = tmp_path / "deep.jsonl"
+    bad.write_text(json.dumps(GOOD_PROFILE) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    argv = (
+        ["profiles", "check", bad]
+        if command == "profiles"
+        else ["eval", "scripted:reference", f"eval.testset={bad}", f"eval.out_dir={tmp_path / 'o'}"]
+    )
+    code, out = sead(capsys, *argv)
+    assert code == 2 and f"{bad}:2" in out and "nested too deeply" in out
+
+
+@pytest.fixture
+def broken_model(tmp_path, tiny_model_dir):
+    import shutil
+
+    def make(damage: str):
+        folder = tmp_path / damage
+        shutil.copytree(tiny_model_dir, folder)
+        if damage == "weights cut short":
+            weights = next(folder.glob("*.safetensors"))
+            weights.write_bytes(weights.read_bytes()[:1000])
+        else:
+            (folder / "tokenizer.json").write_text("{not json")
+        return folder
+
+    return make
+
+
+@pytest.mark.parametrize("damage, words", [("weights cut short", "model weights"), ("tokenizer garbled", "tokenizer")])
+def test_a_broken_model_folder_is_named_not_a_loader_traceback(tmp_path, capsys, broken_model, damage, words):
+    folder = broken_model(damage)
+    code, out = sead(
+        capsys, "train", "preset=tiny", "model.preset=path", f"model.path={folder}", f"run_dir={tmp_path / 'r'}"
+    )
+    assert code == 2 and f"{folder}: cannot load the {words}" in out
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_checkpoint_named_directly_is_held_to_its_manifest(tmp_path, capsys, tiny_model_dir):
+    import shutil
+
+    from sead.run.checkpoints import commit_checkpoint, new_checkpoint_dir
+    from sead.run.layout import RunLayout
+
+    run = RunLayout(tmp_path / "run")
+    shutil.copytree(tiny_model_dir, new_checkpoint_dir(run.path, 2).model, dirs_exist_ok=True)
+    checkpoint = commit_checkpoint(run.path, 2, {"step": 2})
+    weights = next(checkpoint.model.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:1000])  # a copy cut short
+    code, out = sead(capsys, "eval", checkpoint.path, f"eval.out_dir={tmp_path / 'o'}", "eval.limit=1")
+    assert code == 2 and "this checkpoint does not verify" in out and "has 1000 bytes, manifest says" in out
+
+
+def test_a_full_disk_is_named_with_the_file_not_a_traceback(tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    from sead.run.json_lines import JsonLinesAppender
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as the kernel reports it: no file named
+
+    log = JsonLinesAppender(tmp_path / "metrics.jsonl")
+    monkeypatch.setattr("sead.run.json_lines.os.write", full)
+    with pytest.raises(OSError) as e:
+        log.write({"step": 1})
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "metrics.jsonl")
+
+    def no_room(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "profiles.jsonl"))
+
+    monkeypatch.setattr("sead.scenario.write_profiles", no_room)
+    code, out = sead(capsys, "profiles", "sample", f"profiles.out={tmp_path / 'profiles.jsonl'}")
+    assert code == 2 and f"{tmp_path / 'profiles.jsonl'}: No space left on device" in out and "Traceback" not in out

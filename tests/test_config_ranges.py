@@ -34,19 +34,31 @@ def _schema_fields(cls, prefix):
 FIELDS = [row for group in SCHEMAS for row in _schema_fields(schema_of(group), group)]
 
 
+# Fields whose whole range holds only beside another field's value: a step of one profile leaves room for the most
+# branched groups its seeds keep apart.
+BESIDE = {  # what a field needs beside it to be valid at all
+    "trainer.branch.groups": {"profiles_per_step": 1},
+    "trainer.update.imitation_coef": {"warmup": {"dialogues": 2}},  # the anchor imitates the warm-up's dialogues
+}
+
+
 def _check(path: str, value):
-    """The config group of `path` with only that field set, through the schema check."""
+    """The config group of `path` with only that field set (and what BESIDE names), through the schema check."""
     group, *keys = path.split(".")
     node = value
     for key in reversed(keys):
         node = {key: node}
-    return to_schema(schema_of(group), node, group)
+    return to_schema(schema_of(group), {**BESIDE.get(path, {}), **node}, group)
 
 
-def test_every_numeric_field_declares_its_domain():
+def test_every_numeric_field_declares_its_domain_with_an_upper_bound():
+    """An upper bound on every number: a finite but absurd value (lr=1e30, a reward weight of 1e300) is refused at
+    load, as a non-finite one is, instead of training on it."""
     numeric = [(path, f) for path, f, hint in FIELDS if _leaf_type(hint) in (int, float)]
     assert len(numeric) > 80  # every group's schema was walked, nested ones included
     assert [path for path, f in numeric if "domain" not in f.metadata] == []
+    domains = {path: f.metadata["domain"] for path, f in numeric}
+    assert [path for path, d in domains.items() if d.le is None and d.lt is None] == []
 
 
 def _boundary_cases():
@@ -86,12 +98,20 @@ def test_each_declared_domain_refuses_just_outside_and_accepts_its_boundary(path
 @pytest.mark.parametrize(
     "path,refused,accepted,message",
     [
-        ("trainer.max_batch", 0, 1, "must be >= 1, got 0"),  # 0 rows per generation call spun forever
-        ("trainer.profiles_per_step", 0, 1, "must be >= 1, got 0"),  # an empty step
-        ("eval.max_batch", 0, 1, "must be >= 1, got 0"),
+        ("trainer.max_batch", 0, 1, "must be >= 1 and <= 65536, got 0"),  # 0 rows per generation call spun forever
+        ("trainer.profiles_per_step", 0, 1, "must be >= 1 and <= 1e+06, got 0"),  # an empty step
+        ("eval.max_batch", 0, 1, "must be >= 1 and <= 65536, got 0"),
         # training rollouts must be sampled: greedy ones make a group alike, and the update divides logits by it
-        ("trainer.sampling.temperature", 0, 0.1, "must be > 0, got 0"),
-        ("trainer.validation.sampling.temperature", -0.5, 0, "must be >= 0"),  # 0 is greedy decoding
+        ("trainer.sampling.temperature", 0, 0.1, "must be >= 0.01 and <= 10, got 0"),
+        ("trainer.validation.sampling.temperature", -0.5, 0, "must be >= 0.01 and <= 10 (or 0)"),  # 0 is greedy
+        # logits divided by 1e-9 overflow; at inf every token is as likely as any other
+        ("trainer.sampling.temperature", 1e-9, 0.01, "must be >= 0.01 and <= 10, got 1e-09"),
+        ("trainer.sampling.temperature", float("inf"), 10, "must be >= 0.01 and <= 10, got inf"),
+        ("eval.sampling.temperature", 1e-9, 0.01, "must be >= 0.01 and <= 10 (or 0), got 1e-09"),
+        ("trainer.update.lr", 1e30, 1, "must be > 0 and <= 1, got 1e+30"),  # once saved weights of about 1e30
+        ("reward.completion", float("inf"), 1000, "must be >= 0 and <= 1000, got inf"),  # once made every reward NaN
+        ("trainer.update.kl_coef", float("inf"), 10, "must be >= 0 and <= 10, got inf"),
+        ("trainer.update.weight_decay", float("inf"), 1, "must be >= 0 and <= 1, got inf"),
         ("trainer.validation.sampling.top_p", 0, 1, "must be > 0 and <= 1"),
         ("eval.sampling.top_p", 1.5, 0.9, "must be > 0 and <= 1"),
         ("trainer.update.lr", 0, 1e-7, "must be > 0"),
@@ -126,7 +146,7 @@ def test_the_domains_are_the_settings_real_ones(path, refused, accepted, message
 
 
 def test_nan_is_outside_every_range():
-    with pytest.raises(SEADInputError, match=r"\[trainer.update.lr\]: must be > 0, got nan"):
+    with pytest.raises(SEADInputError, match=r"\[trainer.update.lr\]: must be > 0 and <= 1, got nan"):
         check_config(load_config(["trainer.update.lr=nan"]))
 
 
@@ -211,3 +231,23 @@ def test_checking_a_config_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("usersim.timeout=0", "[usersim.timeout]: must be > 0 and <= 3600, got 0"),
+        ("usersim.timeout=inf", "[usersim.timeout]: must be > 0 and <= 3600, got inf"),
+        ("usersim.max_tokens=0", "[usersim.max_tokens]: must be >= 1 and <= 1e+06, got 0"),
+        ("usersim.max_tokens=many", "[usersim.max_tokens]: must be a number, got 'many'"),
+        ("usersim.temperature=1e-9", "[usersim.temperature]: must be >= 0.01 and <= 10 (or 0), got 1e-09"),
+    ],
+)
+def test_the_simulators_numbers_are_checked_when_it_is_built(override, message):
+    """usersim.* are a simulator's constructor arguments, with no schema of their own: it checks them itself."""
+    from sead.config import build_scenario, build_usersim
+
+    cfg = load_config(["usersim=openai", override])
+    with pytest.raises(SEADInputError) as e:
+        build_usersim(cfg, build_scenario(cfg))
+    assert str(e.value) == message

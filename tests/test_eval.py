@@ -318,3 +318,33 @@ def test_the_cpu_eval_preset_lets_the_reference_agent_complete(tmp_path):
     assert main(short_args) == 0
     short = json.loads((tmp_path / "short" / "scripted-reference" / "results.json").read_text())
     assert short["metrics"]["CR"]["mean"] == 0.0 < results["metrics"]["CR"]["mean"]
+
+
+def test_one_writer_per_evaluation_folder(tmp_path, capsys):
+    """A second `sead eval` into a folder another is writing once crashed with a KeyError on its dialogues."""
+    from sead.run.lock import folder_lock
+
+    with folder_lock(tmp_path / "o" / "scripted-reference"):
+        assert run_eval(tmp_path, "o", "scripted:reference") == 2
+        out = capsys.readouterr().out
+        assert "is writing this evaluation folder" in out and "eval.out_dir" in out
+    assert run_eval(tmp_path, "o", "scripted:reference") == 0
+
+
+def test_ctrl_c_in_eval_keeps_what_is_finished_and_says_how_to_finish(tmp_path, capsys, monkeypatch):
+    import sead.eval.run
+
+    play = sead.eval.run.run_batch
+
+    async def interrupted(jobs, **kwargs):  # three dialogues finish, then the user presses Ctrl-C
+        await play(jobs[:3], **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sead.eval.run, "run_batch", interrupted)
+    assert run_eval(tmp_path, "o", "scripted:reference") == 130
+    out = capsys.readouterr().out
+    assert "interrupted; every finished dialogue is kept" in out and "run the same command again" in out
+    assert len((tmp_path / "o" / "scripted-reference" / "dialogues.jsonl").read_text().splitlines()) == 3
+    monkeypatch.setattr(sead.eval.run, "run_batch", play)
+    assert run_eval(tmp_path, "o", "scripted:reference") == 0
+    assert json.loads((tmp_path / "o" / "scripted-reference" / "results.json").read_text())["dialogues_resumed"] == 3

@@ -7,6 +7,7 @@ answers, garbage, and what the client sends and reuses.
 
 import asyncio
 import datetime
+import email.utils
 import ipaddress
 import json
 import ssl
@@ -15,7 +16,7 @@ import time
 import pytest
 
 from sead.testing.fake_openai_server import FakeOpenAIServer
-from sead.usersim.http_client import DEADLINE_CHECK_S, BadResponse, BadURL, KeepAliveClient
+from sead.usersim.http_client import DEADLINE_CHECK_S, MAX_BODY_BYTES, BadResponse, BadURL, KeepAliveClient, TooLarge
 
 OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
 HANG = b""  # an answer that never comes: the server waits until the client gives up
@@ -76,8 +77,8 @@ async def test_requests_carry_path_headers_and_body_and_reuse_one_connection():
     answers = [OK_HEAD + b'Content-Length: 7\r\n\r\n{"a":1}', OK_HEAD + b"Content-Length: 2\r\n\r\n{}"]
     async with ScriptedServer(answers) as server:
         client = KeepAliveClient(server.url, {"Authorization": "Bearer k"})
-        assert await post(client) == (200, b'{"a":1}')
-        assert await post(client, b"[]") == (200, b"{}")
+        assert await post(client) == (200, b'{"a":1}', None)
+        assert await post(client, b"[]") == (200, b"{}", None)
         await client.aclose()
     (line, headers, body), second = server.requests
     assert line == "POST /v1/chat/completions HTTP/1.1" and body == b'{"q": 1}' and second[2] == b"[]"
@@ -93,10 +94,10 @@ async def test_chunked_close_delimited_and_interim_answers_are_read_whole():
     close_delimited = Closing(b"HTTP/1.0 503 Service Unavailable\r\n\r\nbusy, come back later")
     async with ScriptedServer([chunked, interim, close_delimited, OK_HEAD + b"Content-Length: 2\r\n\r\nok"]) as server:
         client = KeepAliveClient(server.url, {})
-        assert await post(client) == (200, b'{"a":1}')
-        assert await post(client) == (200, b"[]")
-        assert await post(client) == (503, b"busy, come back later")
-        assert await post(client) == (200, b"ok")  # on a new connection: the close-delimited one is spent
+        assert await post(client) == (200, b'{"a":1}', None)
+        assert await post(client) == (200, b"[]", None)
+        assert await post(client) == (503, b"busy, come back later", None)
+        assert await post(client) == (200, b"ok", None)  # on a new connection: the close-delimited one is spent
         await client.aclose()
     assert server.connections == 2
 
@@ -117,7 +118,7 @@ async def test_broken_answers_raise_and_the_next_request_works(answer, problem):
         client = KeepAliveClient(server.url, {})
         with pytest.raises(BadResponse, match=problem):
             await post(client)
-        assert await post(client) == (200, b"{}")
+        assert await post(client) == (200, b"{}", None)
         await client.aclose()
 
 
@@ -129,7 +130,7 @@ async def test_a_timed_out_request_never_hands_its_late_answer_to_the_next():
             async with asyncio.timeout(0.2):
                 await post(client)
         assert client._idle == []  # the cancelled call's connection was closed, not pooled
-        assert await post(client) == (200, b"{}")
+        assert await post(client) == (200, b"{}", None)
         await client.aclose()
     assert server.connections == 2
 
@@ -143,7 +144,7 @@ async def test_the_clients_own_deadline_fails_a_hung_request_and_stops_looking_o
             await client.post_json("/chat/completions", b"{}", timeout=0.2)
         assert 0.2 <= time.monotonic() - start < 0.2 + 10 * DEADLINE_CHECK_S
         assert client._idle == []  # the late answer's connection is closed, not pooled
-        assert await client.post_json("/chat/completions", b"{}", timeout=5.0) == (200, b"{}")
+        assert await client.post_json("/chat/completions", b"{}", timeout=5.0) == (200, b"{}", None)
         await asyncio.sleep(2 * DEADLINE_CHECK_S)
         assert client._deadlines == {} and client._deadline_check is None  # no timer left running
         await client.aclose()
@@ -163,7 +164,7 @@ def test_the_client_moves_to_a_new_event_loop():
     with FakeOpenAIServer() as server:
         client = KeepAliveClient(server.url, {})
         for _ in range(2):  # the first loop closes with an idle connection in the pool
-            status, raw = asyncio.run(client.post_json("/chat/completions", body))
+            status, raw, _ = asyncio.run(client.post_json("/chat/completions", body))
             assert status == 200 and "<user_reply>" in json.loads(raw)["choices"][0]["message"]["content"]
         asyncio.run(client.aclose())
     assert len(server.requests) == 2
@@ -222,8 +223,46 @@ async def test_https_verifies_the_server_and_keeps_its_tls_connection_alive(tmp_
             await post(untrusted)
         monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # how a user trusts a private CA, read by OpenSSL
         client = KeepAliveClient(server.url, {"Authorization": "Bearer k"})
-        assert [await post(client) for _ in answers] == [(200, b'{"a": 1}'), (200, b'{"a": 2}')]
+        assert [await post(client) for _ in answers] == [(200, b'{"a": 1}', None), (200, b'{"a": 2}', None)]
         await client.aclose()
     assert server.connections == 1  # the refused handshake never got this far; one TLS connection for both
     assert [r[0] for r in server.requests] == ["POST /v1/chat/completions HTTP/1.1"] * 2
     assert server.requests[0][1]["Authorization"] == "Bearer k"
+
+
+@pytest.mark.asyncio
+async def test_retry_after_is_read_as_seconds_or_as_a_date():
+    in_a_minute = email.utils.format_datetime(
+        datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=60), usegmt=True
+    )
+    answers = [
+        b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 503 Unavailable\r\nRetry-After: %s\r\nContent-Length: 2\r\n\r\n{}" % in_a_minute.encode(),
+        b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: soon\r\nContent-Length: 2\r\n\r\n{}",
+    ]
+    async with ScriptedServer(answers) as server:
+        client = KeepAliveClient(server.url, {})
+        seven, dated, unreadable = [await post(client) for _ in answers]
+        await client.aclose()
+    assert seven == (429, b"{}", 7.0) and dated.status == 503 and 50 < dated.retry_after <= 60
+    assert unreadable.retry_after is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "answer",
+    [
+        OK_HEAD + b"Content-Length: 20000000\r\n\r\n" + b"x" * 1000,  # refused on its declared length
+        OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + (b"10000\r\n" + b"x" * 0x10000 + b"\r\n") * 20 + b"0\r\n\r\n",
+        Closing(OK_HEAD + b"\r\n" + b"x" * (2 * MAX_BODY_BYTES)),
+    ],
+    ids=["declared", "chunked", "close-delimited"],
+)
+async def test_an_answer_too_large_for_a_reply_is_refused_not_read_whole(answer):
+    """A 20 MB reply was once read whole, stored as a 155 MB rollout line and scored as the agent's failure."""
+    async with ScriptedServer([answer, OK_HEAD + b"Content-Length: 2\r\n\r\n{}"]) as server:
+        client = KeepAliveClient(server.url, {})
+        with pytest.raises(TooLarge, match="longer than 512 KiB"):
+            await post(client)
+        assert client._idle == [] and await post(client) == (200, b"{}", None)  # on a new connection
+        await client.aclose()

@@ -30,7 +30,7 @@ async def exchange(url: str) -> list[tuple[int, dict]]:
         if body is None:
             answers.append(await get(url, path))
             continue
-        status, raw = await client.post_json(path, json.dumps(body).encode())
+        status, raw, _ = await client.post_json(path, json.dumps(body).encode())
         answers.append((status, json.loads(raw)))
     await client.aclose()
     return answers

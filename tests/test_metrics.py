@@ -9,7 +9,7 @@ from dialogue_fixtures import SPACE, agent, user
 
 from sead.dialogue.chat_tokens import TokenSegment
 from sead.dialogue.episode import USER_REPORTS, Episode, Turn
-from sead.eval.results import build_results
+from sead.eval.results import build_results, cr_by_state
 from sead.hack_monitor import HackMonitor
 from sead.metrics import (
     compute_metrics,
@@ -469,3 +469,15 @@ def test_user_side_measures_absent_without_a_reporting_simulator():
     # but a user that never heard the agent (a base model that writes no <response>) acknowledged nothing
     m = compute_metrics([_reported(), _reported()], SPACE)["metrics"]
     assert (m["ACK"]["mean"], m["ACK"]["n"], m["CAR"]["n"]) == (0.0, 2, 0)
+
+
+def test_rates_get_wilson_intervals_in_every_report():
+    """0 of 4 completed once printed a CI of 0.000-0.000 in evaluation (a bootstrap of four zeros); the 0/1 rates
+    take Wilson's interval, as training validation's table always did, from the one definition."""
+    a, b, c, d, _ = episodes()
+    failed = [b, c, b, c]  # 0 of 4 completed, 2 of 4 agent "done" calls wrong
+    m = compute_metrics(failed, SPACE)["metrics"]
+    assert m["CR"]["ci95"] == wilson_interval(0, 4) and m["CR"]["ci95"][1] > 0.4
+    assert m["FPR"]["ci95"] == wilson_interval(2, 2) and m["SCR"]["ci95"] == wilson_interval(0, 4)
+    by_state = cr_by_state([a, b, c, d], SPACE)  # evaluation's CR per state value
+    assert by_state["per_value"]["cooperation"]["2"]["ci95"] == wilson_interval(2, 4)

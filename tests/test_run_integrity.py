@@ -111,10 +111,24 @@ def test_resume_over_garbage_weights_falls_back_and_trains_on_sound_weights(run,
     assert all(torch.isfinite(t).all() for t in weights.values())
 
 
-def test_a_diverging_update_stops_the_run_before_a_checkpoint_or_a_nan_is_written(tmp_path, capsys):
-    # lr 3e37: AdamW's first step moves every weight by about 3e37, and the next forward pass overflows
+def test_a_diverging_update_stops_the_run_before_a_checkpoint_or_a_nan_is_written(tmp_path, capsys, monkeypatch):
+    # the second optimiser step diverges, every weight overflowing as under an lr far too high (a finite lr that
+    # high, once 3e37 here, is now refused at load)
+    step, calls = torch.optim.AdamW.step, []
+
+    def diverging(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
+        calls.append(self)
+        if len(calls) == 2:
+            with torch.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        p.mul_(float("inf"))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", diverging)
     run = tmp_path / "run"
-    assert main(["train", *TINY, "trainer.update.lr=3e37", f"run_dir={run}"]) == 2
+    assert main(["train", *TINY, f"run_dir={run}"]) == 2
     out = capsys.readouterr().out
     assert "[trainer.update.lr]" in out and "is not finite; the run stops" in out
     layout = RunLayout(run)
@@ -125,15 +139,20 @@ def test_a_diverging_update_stops_the_run_before_a_checkpoint_or_a_nan_is_writte
     # the setting behind the original report: greedy training rollouts made the update divide the logits by 0;
     # now refused at load, before a folder exists
     assert main(["train", *TINY, "trainer.sampling.temperature=0", f"run_dir={tmp_path / 'zero'}"]) == 2
-    assert "[trainer.sampling.temperature]: must be > 0, got 0" in capsys.readouterr().out
+    assert "[trainer.sampling.temperature]: must be >= 0.01 and <= 10, got 0" in capsys.readouterr().out
     assert not (tmp_path / "zero").exists()
 
 
 @pytest.mark.parametrize(
-    "fault,message",
-    [("nan weight", "the loss is not finite"), ("infinite lr", "a weight after the optimiser step is not finite")],
+    "fault,message,field",
+    [
+        ("nan weight", "the loss is not finite", "trainer.update.lr"),
+        ("infinite lr", "a weight after the optimiser step is not finite", "trainer.update.lr"),
+        # set in code, past the config's ranges: the error names the setting that is not finite, not the lr
+        ("infinite weight decay", "a weight after the optimiser step is not finite", "trainer.update.weight_decay"),
+    ],
 )
-def test_the_update_step_refuses_non_finite_numbers(fault, message, tiny):
+def test_the_update_step_refuses_non_finite_numbers(fault, message, field, tiny):
     import copy
 
     from sead.trainer.estimators import Sequence
@@ -148,15 +167,16 @@ def test_the_update_step_refuses_non_finite_numbers(fault, message, tiny):
     )
     mask = torch.zeros_like(ids)
     mask[-4:] = 1
-    updater = Updater(model, None, UpdateConfig(lr=1e-2, kl_coef=0.0), temperature=1.0)
+    decay = float("inf") if fault == "infinite weight decay" else 0.0
+    updater = Updater(model, None, UpdateConfig(lr=1e-2, kl_coef=0.0, weight_decay=decay), temperature=1.0)
     if fault == "nan weight":
         model.model.norm.weight.data[0] = float("nan")
-    else:
+    elif fault == "infinite lr":
         updater.opt.param_groups[0]["lr"] = float("inf")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(SEADInputError, match=message) as e:
         updater.step([Sequence(ids, mask, 1.0)])
-    assert e.value.field == "trainer.update.lr"
+    assert e.value.field == field and "weight_decay=" in e.value.detail
     if fault == "nan weight":  # caught before the optimiser step: the weights are as they were
         for k, v in model.state_dict().items():
             torch.testing.assert_close(v, before[k], rtol=0, atol=0, equal_nan=True)
@@ -174,16 +194,17 @@ def test_metrics_lines_are_strict_json(tmp_path):
 
 
 def hold_lock(run: Path) -> subprocess.Popen:
-    """Another process holding the run directory, as a second `sead train` would (its PID replaces what an earlier
-    run wrote: a PID that is a prefix of the earlier one would otherwise read as that one)."""
+    """Another process holding the run directory, as a second `sead train` would: an flock on the folder, its PID
+    in .lock (replacing what an earlier run wrote: a PID that is a prefix of the earlier one would otherwise read as
+    that one)."""
     code = (
-        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-        "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode()); "
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); open(os.path.join(sys.argv[1], '.lock'), 'w').write(str(os.getpid())); "
         "print('held', flush=True); "
         "time.sleep(600)"
     )
     run.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", code, str(RunLayout(run).lock)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -201,7 +222,7 @@ def test_one_writer_per_run_directory_and_a_stale_lock_blocks_nothing(run, capsy
         holder.wait()
     assert RunLayout(run).lock.read_text().strip() == str(holder.pid)
     assert main(["train", *TINY, f"run_dir={run}", "resume=true"]) == 0
-    fd = os.open(RunLayout(run).lock, os.O_RDWR)  # and the finished run released it
+    fd = os.open(run, os.O_RDONLY)  # and the finished run released it
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.close(fd)
 
@@ -275,14 +296,18 @@ def test_a_torn_simulator_record_is_named_and_a_run_without_one_gets_one_at_its_
     assert json.loads(layout.resume_usersim(2).read_text()) == environment
 
 
-def test_a_resume_needs_only_the_run_dir(run):
-    """Started with a preset and overrides, `run_dir=R resume=true` continues under the run's own settings,
-    also when the CPU scripts add preset=cpu of their own."""
+def test_a_resume_needs_only_the_run_dir_and_a_preset_named_on_it_is_a_change(run, capsys):
+    """Started with a preset and overrides, `run_dir=R resume=true` continues under the run's own settings. A preset
+    named on the resume sets what it changes, which the resume refuses like any change of a setting, naming it
+    (it was once dropped for the run's own values without a word)."""
     before = RunLayout(run).config.read_text()
-    for extra in ([], ["preset=cpu"]):
-        cfg = load_config([f"run_dir={run}", "resume=true", *extra])
-        assert cfg.model.preset == "tiny" and cfg.trainer["update"].entropy_coef == 0.05
-        assert cfg.trainer.iterations == 1 and str(cfg.run_dir) == str(run)
+    cfg = load_config([f"run_dir={run}", "resume=true"])
+    assert cfg.model.preset == "tiny" and cfg.trainer["update"].entropy_coef == 0.05
+    assert cfg.trainer.iterations == 1 and str(cfg.run_dir) == str(run)
+    assert load_config([f"run_dir={run}", "resume=true", "preset=cpu"]).dialogue.max_turns == 4
+    assert main(["train", f"run_dir={run}", "resume=true", "preset=cpu"]) == 2
+    out = capsys.readouterr().out
+    assert "dialogue.max_turns 2 -> 4" in out and "resume_allow_changes" in out
     assert RunLayout(run).config.read_text() == before
 
 

@@ -227,3 +227,41 @@ def test_a_hanging_simulator_is_cut_at_the_runners_deadline_unless_its_own_is_sh
     assert time.monotonic() - t0 < 5
     assert [e.end_reason for e in episodes] == ["sim_error"] * 2
     assert all("no answer within 0.2 s" in e.meta["sim_error"] for e in episodes)
+
+
+def test_a_rate_limit_is_waited_out_as_its_retry_after_asks(restaurant, smollm_tokenizer, monkeypatch):
+    """A burst of 429s once used up every retry within the backoff's fraction of a second and ended dialogues as
+    simulator errors; the runner now waits what the server's Retry-After asks (1 s here), up to user_timeout."""
+    waits, sleep = [], asyncio.sleep
+
+    async def recorded(seconds, *args):
+        waits.append(seconds)
+        await sleep(0)
+
+    monkeypatch.setattr("sead.dialogue.runner.asyncio.sleep", recorded)
+    with FakeOpenAIServer(scripted_user_turn(finish_after=3)) as server:
+        server.inject("http429", n=2)  # each asks for Retry-After: 1
+        episodes = run(restaurant, smollm_tokenizer, simulator(restaurant, [server.url]), 1)
+    assert episodes[0].end_reason == "user_success" and waits == [1.0, 1.0]
+
+
+def test_retry_after_is_honoured_up_to_the_user_timeout():
+    from sead.dialogue.runner import retry_wait
+    from sead.usersim.base import SimulatorError
+
+    cfg = RunnerConfig(backoff_base=0.5, backoff_max=8.0, user_timeout=30.0)
+    assert retry_wait(cfg, 1, SimulatorError("HTTP 429")) == 0.5  # no Retry-After: the backoff
+    assert retry_wait(cfg, 2, SimulatorError("HTTP 429", retry_after=5.0)) == 5.0
+    assert retry_wait(cfg, 3, SimulatorError("HTTP 429", retry_after=0.1)) == 2.0  # never below the backoff
+    assert retry_wait(cfg, 1, SimulatorError("HTTP 429", retry_after=86400.0)) == 30.0
+
+
+def test_an_oversized_reply_is_a_simulator_error_not_the_agents_failure(tmp_path, restaurant, smollm_tokenizer):
+    path = tmp_path / "rollouts.jsonl"
+    with FakeOpenAIServer(scripted_user_turn(finish_after=3)) as server:
+        server.inject("oversized", n=1000)
+        with RolloutLog(path) as log:
+            episodes = run(restaurant, smollm_tokenizer, simulator(restaurant, [server.url]), 2, log=log)
+    assert all(e.end_reason == "sim_error" and "longer than 512 KiB" in e.meta["sim_error"] for e in episodes)
+    assert compute_metrics(episodes, restaurant.space)["counts"]["failed"] == 0
+    assert path.stat().st_size < 100_000  # the reply was never stored

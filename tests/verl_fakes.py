@@ -76,7 +76,8 @@ SMALL_DIALOGUES = [
 
 
 def verl_run_config(tmp: Path, *extra: str):
-    """A backend=verl config on the scripted user, its resolved copy written where the agent loop reads it."""
+    """A backend=verl config on the scripted user, its resolved copy written where the agent loop reads it (with the
+    simulator record a start writes beside it, so a trainer started there takes it for a start to take over)."""
     model = tiny_model_dir(tmp)
     cfg = load_config(
         ["preset=gpu1", "usersim=scripted", f"model.path={model}", f"run_dir={tmp / 'run'}", *SMALL_DIALOGUES, *extra]
@@ -84,6 +85,7 @@ def verl_run_config(tmp: Path, *extra: str):
     layout = RunLayout(tmp / "run")
     layout.path.mkdir(parents=True, exist_ok=True)
     layout.config.write_text(OmegaConf.to_yaml(cfg))
+    layout.usersim.write_text('{"name": "scripted"}')
     return cfg, build_scenario(cfg)
 
 

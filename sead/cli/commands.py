@@ -209,8 +209,10 @@ def train_cmd(cfg: DictConfig, args: list[str]) -> int:
     except KeyboardInterrupt:
         import shlex
 
+        from sead.run.lock import run_dir_path
+
         # Checkpoints and metrics lines are written whole, and a resume takes the run's own settings.
-        again = shlex.join(["sead", "train", f"run_dir={Path(str(cfg.run_dir)).resolve()}", "resume=true"])
+        again = shlex.join(["sead", "train", f"run_dir={run_dir_path(cfg.run_dir)}", "resume=true"])
         console.print(f"interrupted; resume with: {again}", markup=False, highlight=False, soft_wrap=True)
         return 130
     from sead.run.layout import RunLayout

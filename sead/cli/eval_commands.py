@@ -48,13 +48,8 @@ def testset_make(cfg: DictConfig, args: list[str]) -> int:
     checks_config=True,
 )
 def eval_cmd(cfg: DictConfig, args: list[str]) -> int:
-    from sead.eval.agents import build_agent
     from sead.eval.compare import write_comparison
     from sead.eval.model_spec import parse_model_spec
-    from sead.eval.report import write_eval_report
-    from sead.eval.results import build_results
-    from sead.eval.run import evaluate
-    from sead.hack_monitor import HackMonitor
 
     if not args:
         raise SEADInputError("name at least one model: sead eval MODEL [MODEL ...] [key=value ...]")
@@ -70,20 +65,48 @@ def eval_cmd(cfg: DictConfig, args: list[str]) -> int:
     runner = runner_config(cfg)
     asyncio.run(build_usersim(cfg, scenario).check_health())
     compared = []
-    for spec in specs:
-        agent = build_agent(
-            spec,
-            scenario,
-            sampling=ec.sampling,
-            max_new_tokens=ec.max_new_tokens,
-            max_batch=ec.max_batch,
-            device=ec.device,
-            tokenizer_path=ec.tokenizer,
-            api_key_env=ec.api_key_env,
-            backend=ec.backend,
-            cuda_graph=ec.cuda_graph,
+    try:
+        for spec in specs:
+            compared.append(_evaluate_one(cfg, ec, spec, scenario, testset, runner))
+    except KeyboardInterrupt:
+        console.print(
+            f"interrupted; every finished dialogue is kept in {Path(ec.out_dir).absolute()}/<model>/dialogues.jsonl: "
+            "run the same command again to play the rest",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
         )
-        # A simulator per model: its HTTP sessions belong to the event loop of that model's evaluation.
+        return 130
+    if len(compared) > 1:
+        md, html = write_comparison(Path(ec.out_dir), compared)
+        console.print(f"comparison: {md} and {html}")
+    return 0
+
+
+def _evaluate_one(cfg: DictConfig, ec, spec, scenario, testset, runner) -> tuple[str, dict]:
+    """Play, score and report one model's evaluation; (its name, its results)."""
+    from sead.eval.agents import build_agent
+    from sead.eval.report import write_eval_report
+    from sead.eval.results import build_results
+    from sead.eval.run import eval_folder, evaluate
+    from sead.hack_monitor import HackMonitor
+    from sead.run.lock import folder_lock
+
+    agent = build_agent(
+        spec,
+        scenario,
+        sampling=ec.sampling,
+        max_new_tokens=ec.max_new_tokens,
+        max_batch=ec.max_batch,
+        device=ec.device,
+        tokenizer_path=ec.tokenizer,
+        api_key_env=ec.api_key_env,
+        backend=ec.backend,
+        cuda_graph=ec.cuda_graph,
+    )
+    # A simulator per model: its HTTP sessions belong to the event loop of that model's evaluation. One writer per
+    # results folder: a second `sead eval` into it would interleave its dialogues with these.
+    with folder_lock(eval_folder(ec, spec), what="evaluation folder", setting="eval.out_dir"):
         out, episodes, info = evaluate(ec, spec, agent, build_usersim(cfg, scenario), testset, scenario, runner)
         results = build_results(
             episodes,
@@ -97,13 +120,8 @@ def eval_cmd(cfg: DictConfig, args: list[str]) -> int:
         )
         (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
         report = write_eval_report(out, spec.name, results, episodes, scenario.space, scenario.stages)
-        compared.append((spec.name, results))
-        _print_summary(spec.name, results, out, report)
-        del agent
-    if len(compared) > 1:
-        md, html = write_comparison(Path(ec.out_dir), compared)
-        console.print(f"comparison: {md} and {html}")
-    return 0
+    _print_summary(spec.name, results, out, report)
+    return spec.name, results
 
 
 def _print_summary(name: str, results: dict, out: Path, report: Path) -> None:

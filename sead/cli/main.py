@@ -6,6 +6,7 @@ the arguments that were not overrides. `sead <command> --help` shows a command's
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
 from pathlib import Path
@@ -18,6 +19,9 @@ from sead.cli.registry import COMMANDS, HELP_FLAGS, Command, console
 from sead.config import check_config, config_dir, load_config
 from sead.config_docs import first_sentence, presets
 from sead.errors import SEADInputError
+
+# Where the machine, not the input, stops a command: a full, read-only or failing disk, a file it may not write.
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 # What Hydra takes as a key: a dotted name, after an optional +, ++ or ~. No `/`, so a path is never a key.
 _OVERRIDE_KEY = re.compile(r"[+~]{0,2}[A-Za-z_][\w.]*")
@@ -81,6 +85,17 @@ def main(argv: list[str] | None = None) -> int:
         return cmd.run(cfg, positional) or 0
     except SEADInputError as e:
         console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        return 2
+    except OSError as e:
+        if e.errno not in STORAGE_ERRNOS:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        console.print(
+            f"[bold red]error:[/] {escape(where + (e.strerror or str(e)))}. Free space or fix the permissions and "
+            "run the command again: what was written is whole (a training run continues with resume=true)",
+            highlight=False,
+            soft_wrap=True,
+        )
         return 2
 
 

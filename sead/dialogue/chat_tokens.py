@@ -7,11 +7,16 @@ Invariants (tested with real tokenizers):
   rendered from a short window where a probe shows that gives the same text: see chat_render);
 - when the context outgrows its cap, a new segment starts from the system prompt plus the latest turns, all
   with mask 0: each agent token is trained once, under the context it was sampled in, and user text never
-  becomes trainable.
+  becomes trainable;
+- text the agent did not write (the system prompt, user turns) is untrusted: a special token's text in it
+  (`<|im_end|>`, `<|im_start|>`, any of the tokenizer's) is encoded as plain text, never as the special token,
+  so a user cannot close its turn and forge an assistant turn in the agent's context. Only the template's own
+  glue holds special tokens.
 """
 
 from __future__ import annotations
 
+import re
 import weakref
 from dataclasses import dataclass, field
 
@@ -20,6 +25,7 @@ from sead.dialogue.chat_render import TemplateError, TurnRenderer, render, rende
 
 RECURRING_KEPT = 64  # texts remembered per tokenizer: opening prompts and the template's closing glue
 _recurring: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {text: ids}
+_specials: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> (count, pattern or None)
 
 
 @dataclass
@@ -74,6 +80,28 @@ def plain_text(tok, ids: list[int]) -> str:
     return tok.decode(ids, skip_special_tokens=False)
 
 
+def special_tokens_pattern(tok) -> re.Pattern | None:
+    """A pattern matching the text of any of the tokenizer's special tokens (longest first), or None where it has
+    none; made again when tokens were added."""
+    decoder = getattr(tok, "added_tokens_decoder", {})
+    known = _specials.get(tok)
+    if known is None or known[0] != len(decoder):
+        texts = {t.content for t in decoder.values() if t.special} | set(getattr(tok, "all_special_tokens", []))
+        texts = sorted((t for t in texts if t), key=len, reverse=True)
+        known = _specials[tok] = len(decoder), re.compile("|".join(map(re.escape, texts))) if texts else None
+    return known[1]
+
+
+def literal_ids(tok, text: str) -> list[int]:
+    """The ids of `text` with every special token's text in it encoded as plain text (transformers'
+    `split_special_tokens`)."""
+    ids = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:  # transformers leaves the setting on the tokenizer: put back what plain_ids expects
+        backend.encode_special_tokens = bool(getattr(tok, "split_special_tokens", False))
+    return ids
+
+
 def recurring_ids(tok, text: str) -> list[int]:
     """`plain_ids` of a text that recurs in every dialogue (the SOP prompt that opens it, the glue that closes
     each agent turn), encoded once per tokenizer."""
@@ -95,12 +123,60 @@ class ChatTokens:
         self.appended = 0  # tokens added after the first prompt (agent turns, glue, user turns): the budget
         eos = self._eos = tokenizer.eos_token_id  # transformers looks it up anew on every access
         self._eos_text = plain_text(tokenizer, [eos]) if eos is not None else ""
+        self._specials = special_tokens_pattern(tokenizer)
         opening = render(tokenizer, self.messages, True)
-        self._new_segment(opening, recurring_ids(tokenizer, opening))
+        if self._untrusted(self.messages):
+            self._new_segment(opening, self._encode(opening, self.messages))
+        else:
+            self._new_segment(opening, recurring_ids(tokenizer, opening))
 
     # -- rendering helpers ------------------------------------------------------------------------------
-    def _encode(self, text: str) -> list[int]:
-        return plain_ids(self.tok, text) if text else []
+    def _untrusted(self, messages: list[dict]) -> bool:
+        """Whether a message the agent did not write holds a special token's text."""
+        found = self._specials
+        return found is not None and any(m["role"] != "assistant" and found.search(m["content"]) for m in messages)
+
+    def _encode(self, text: str, messages: list[dict] | None = None) -> list[int]:
+        """The ids of `text`. With `messages`: `text` is the end of their rendering (with the generation prompt),
+        and a special token's text in a message the agent did not write is encoded as plain text."""
+        if not text:
+            return []
+        spans = self._untrusted_spans(messages, len(text)) if messages else []
+        if not spans:
+            return plain_ids(self.tok, text)
+        ids, pos = [], 0
+        for start, end in spans:
+            ids += plain_ids(self.tok, text[pos:start]) if start > pos else []
+            ids += literal_ids(self.tok, text[start:end])
+            pos = end
+        return ids + (plain_ids(self.tok, text[pos:]) if pos < len(text) else [])
+
+    def _untrusted_spans(self, messages: list[dict], tail: int) -> list[tuple[int, int]]:
+        """Where, in the last `tail` characters of `messages`' rendering, the contents lie that the agent did not
+        write and that hold a special token's text: found by rendering them again with a marker each in their
+        place, so the template's own special tokens around them are never taken for theirs."""
+        marked, contents = [], []
+        for m in messages:
+            if m["role"] != "assistant" and self._specials.search(m["content"]):
+                marked.append({**m, "content": f"\x00sead-untrusted-{len(contents)}\x00"})
+                contents.append(m["content"])
+            else:
+                marked.append(m)
+        full, rest = render(self.tok, messages, True), render(self.tok, marked, True)
+        spans, pos = [], 0
+        for i, content in enumerate(contents):
+            before, found, rest = rest.partition(f"\x00sead-untrusted-{i}\x00")
+            copied = content if full.startswith(before + content, pos) else content.strip()  # a template may trim
+            if not found or not full.startswith(before + copied, pos):
+                raise TemplateError(
+                    "the chat template rewrites a message holding a special token's text, so that text cannot be "
+                    "kept from becoming the special token"
+                )
+            pos += len(before)
+            spans.append((pos, pos + len(copied)))
+            pos += len(copied)
+        offset = len(full) - tail
+        return [(max(start - offset, 0), end - offset) for start, end in spans if end > offset]
 
     def _segment_messages(self) -> list[dict]:
         return [self.messages[0], *self.messages[self._segment_start :]]
@@ -147,7 +223,9 @@ class ChatTokens:
 
     def add_user(self, content: str) -> None:
         self.messages.append({"role": "user", "content": content})
-        delta = self._encode(self._renderer.extend(self._segment_messages(), True))
+        messages = self._segment_messages()
+        text = self._renderer.extend(messages, True)
+        delta = self._encode(text, messages if self._untrusted(messages[-1:]) else None)
         self.segments[-1].extend(delta, trained=False)
         self.appended += len(delta)
 
@@ -159,8 +237,9 @@ class ChatTokens:
         history = self.messages[1:]
         # Drop the oldest messages until the rendered prompt fits; the system prompt and the last message stay.
         for drop in range(self._segment_start, len(history)):
-            text = render(self.tok, [self.messages[0], *history[drop:]], True)
-            ids = self._encode(text)
+            kept = [self.messages[0], *history[drop:]]
+            text = render(self.tok, kept, True)
+            ids = self._encode(text, kept if self._untrusted(kept) else None)
             if len(ids) + room <= cap:
                 self._segment_start = drop + 1
                 self._new_segment(text, ids)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sead.config import number
+from sead.errors import parse_json
 
 
 @dataclass
@@ -29,9 +30,9 @@ class ResponseCacheConfig:
     enabled: bool = False
     # chance of replaying a cached reply, per SOP stage the agent declares; a stage not listed is never replayed
     hit_rates: dict[int, float] = number(default_factory=lambda: {0: 0.9, 1: 0.5, 2: 0.2, 3: 0.0}, ge=0, le=1)
-    min_entries: int = number(10, ge=1)  # replies a stage must hold before it is replayed from
-    max_per_stage: int = number(500, ge=1)  # then the oldest is evicted
-    min_chars: int = number(10, ge=0)  # shorter replies are not stored
+    min_entries: int = number(10, ge=1, le=1_000_000)  # replies a stage must hold before it is replayed from
+    max_per_stage: int = number(500, ge=1, le=10_000_000)  # then the oldest is evicted
+    min_chars: int = number(10, ge=0, le=1_000_000)  # shorter replies are not stored
     path: str | None = None  # None: the run directory's response_cache.jsonl
 
 
@@ -45,7 +46,7 @@ class ResponseCache:
         if self._path and self._path.exists():
             for line in self._path.read_text(encoding="utf-8").splitlines():
                 try:
-                    rec = json.loads(line)
+                    rec = parse_json(line)
                     self._store(int(rec["stage"]), str(rec["text"]))
                 except (ValueError, KeyError, TypeError):
                     continue  # a torn or foreign line only costs one cache entry

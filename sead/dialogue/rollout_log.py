@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sead.dialogue.episode import Episode
+from sead.errors import parse_json
 
 
 class RolloutLog:
@@ -38,7 +39,7 @@ def read_rollouts(path: str | Path) -> Iterator[dict]:
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
+            yield parse_json(line)
         except json.JSONDecodeError:
             if i == len(lines) - 1:
                 return

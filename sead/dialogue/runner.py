@@ -32,10 +32,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunnerConfig:
-    max_turns: int = number(15, ge=1)  # agent turns before a dialogue ends as turn_limit
-    max_new_tokens: int = number(500, ge=1)  # per agent turn
-    max_total_tokens: int = number(32768, ge=1)  # per episode, everything after the first prompt
-    max_context_tokens: int = number(8192, ge=1)  # rolling cap: oldest turns are dropped, never the SOP prompt
+    max_turns: int = number(15, ge=1, le=1000)  # agent turns before a dialogue ends as turn_limit
+    max_new_tokens: int = number(500, ge=1, le=1_000_000)  # per agent turn
+    max_total_tokens: int = number(32768, ge=1, le=10_000_000)  # per episode, everything after the first prompt
+    # rolling cap: oldest turns are dropped, never the SOP prompt
+    max_context_tokens: int = number(8192, ge=1, le=10_000_000)
     sop_role: str = one_of("system", "user")  # role of the SOP prompt message ("user": templates without system)
     agent_sees: str = one_of("reply", "think_and_reply")  # what of a user turn the agent is shown
     on_malformed: str = one_of("feedback", "end")  # feedback: tell the agent and go on (the original) | end it
@@ -43,11 +44,12 @@ class RunnerConfig:
         "[format error] Your last message did not have exactly one <response>...</response> block. "
         "Answer again in the required tag format."
     )
-    user_timeout: float = number(120.0, gt=0)  # seconds per simulator call
-    user_retries: int = number(3, ge=0)  # extra attempts after a failed call; then the dialogue ends as sim_error
-    backoff_base: float = number(0.5, ge=0)  # seconds; doubles per attempt
-    backoff_max: float = number(8.0, ge=0)  # seconds: the longest wait between attempts
-    concurrency: int = number(64, ge=1)  # episodes in flight at once (batch runner)
+    user_timeout: float = number(120.0, gt=0, le=3600)  # seconds per simulator call
+    # extra attempts after a failed call; then the dialogue ends as sim_error
+    user_retries: int = number(3, ge=0, le=100)
+    backoff_base: float = number(0.5, ge=0, le=600)  # seconds; doubles per attempt
+    backoff_max: float = number(8.0, ge=0, le=3600)  # seconds: the longest wait between attempts
+    concurrency: int = number(64, ge=1, le=100_000)  # episodes in flight at once (batch runner)
     response_cache: ResponseCacheConfig = field(default_factory=ResponseCacheConfig)  # training dialogues only
 
 
@@ -60,6 +62,15 @@ def user_message_for_agent(turn: UserTurn, agent_sees: str) -> str:
     if agent_sees == "think_and_reply" and turn.think:
         return f"<user_think>{turn.think}</user_think>\n{reply}"
     return reply
+
+
+def retry_wait(cfg: RunnerConfig, attempt: int, error: Exception | None) -> float:
+    """Seconds before attempt `attempt` (1: the first retry): the exponential backoff, or the wait the simulator
+    asked for (a rate limit's Retry-After) where that is longer, up to dialogue.user_timeout: a burst of 429s then
+    waits out the limit instead of using up every retry within a second."""
+    backoff = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
+    asked = getattr(error, "retry_after", None)
+    return backoff if asked is None else max(backoff, min(asked, cfg.user_timeout))
 
 
 async def ask_user(
@@ -76,7 +87,7 @@ async def ask_user(
     last: Exception | None = None
     for attempt in range(cfg.user_retries + 1):
         if attempt:
-            await asyncio.sleep(min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1)))
+            await asyncio.sleep(retry_wait(cfg, attempt, last))
         try:
             # asyncio.timeout, not wait_for: no extra task per call, which hundreds of dialogues in flight pay for;
             # and none at all over a simulator whose own deadline comes first.

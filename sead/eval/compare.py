@@ -126,7 +126,7 @@ def write_comparison(out_dir: Path, named_results: Sequence[tuple[str, dict]]) -
         tables.append(concerns)
     hashes = sorted({r["settings"]["testset"]["hash"] for _, r in named_results})
     note = (
-        f"test set {', '.join(hashes)}; mean±std; CR CI: 95% bootstrap; p: two-sided exact McNemar test on the "
+        f"test set {', '.join(hashes)}; mean±std; CR CI: 95% Wilson; p: two-sided exact McNemar test on the "
         "dialogues one model completed and the other did not; cost per the configured prices"
     )
     md = markdown_table(HEADERS, tables[0]["rows"]) + [f"\n{note}"]

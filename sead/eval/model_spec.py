@@ -63,7 +63,7 @@ def parse_model_spec(spec: str) -> ModelSpec:
 
 def _model_folder(path: Path) -> tuple[Path, str]:
     """The HF folder to load and a readable name, for a run, a checkpoint or a plain model folder."""
-    from sead.run.checkpoints import latest_checkpoint
+    from sead.run.checkpoints import checkpoint_problem, latest_checkpoint
     from sead.run.layout import CheckpointFolder, RunLayout
 
     if RunLayout(path).checkpoints_dir.is_dir():
@@ -71,7 +71,14 @@ def _model_folder(path: Path) -> tuple[Path, str]:
         if found is None:
             raise SEADInputError("this run holds no complete checkpoint (nothing to evaluate yet)", path=path)
         return _checked(CheckpointFolder(found[0]).model), f"{path.name}-{found[0].name}"
-    if CheckpointFolder(path).model.is_dir():  # one checkpoint folder
+    if CheckpointFolder(path).model.is_dir():  # one checkpoint folder, held to its manifest as a resume holds it
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            raise SEADInputError(
+                f"this checkpoint does not verify: {problem}. Name the run directory to evaluate its newest "
+                "checkpoint that does, or its model/ folder to load those weights as they are",
+                path=path,
+            )
         return _checked(CheckpointFolder(path).model), f"{path.parent.parent.name}-{path.name}"
     return _checked(path), path.name
 

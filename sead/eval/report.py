@@ -25,8 +25,8 @@ _env = Environment(loader=PackageLoader("sead.eval", "templates"), autoescape=se
 
 CI_NOTE = (
     "95% CI",
-    "where the true value lies with 95% confidence, given these dialogues: Wilson's score interval for CR (a rate), "
-    "a bootstrap over dialogues for the others",
+    "where the true value lies with 95% confidence, given these dialogues: Wilson's score interval for the rates of "
+    "0/1 outcomes (CR, FPR, SCR), a bootstrap over dialogues for the others",
 )
 
 

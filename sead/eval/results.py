@@ -25,7 +25,7 @@ def cr_by_state(episodes: Sequence[Episode], space: ProfileSpace, *, seed: int =
         groups: dict[int, list[float]] = {}
         for e in valid:
             groups.setdefault(e.profile.key()[i], []).append(completion(e))
-        per_value[dim] = {str(v): summarise(groups[v], seed=seed) for v in sorted(groups)}
+        per_value[dim] = {str(v): summarise(groups[v], seed=seed, rate=True) for v in sorted(groups)}
     joint: dict[tuple, list[float]] = {}
     for e in valid:
         joint.setdefault(e.profile.key(), []).append(completion(e))

@@ -19,7 +19,7 @@ from rich.console import Console
 from sead import compute
 from sead.dialogue import Episode, EpisodeJob, RolloutLog, RunnerConfig, read_rollouts, run_batch
 from sead.dialogue.seeds import eval_episode_seed
-from sead.errors import SEADInputError, read_user_text
+from sead.errors import SEADInputError, parse_json, read_user_text
 from sead.eval.agents import EvalAgent
 from sead.eval.model_spec import ModelSpec
 from sead.eval.settings import EvalConfig
@@ -105,11 +105,16 @@ def prepare_folder(out: Path, settings: dict, fresh: bool) -> dict[str, dict]:
 
 def _read_settings(path: Path) -> dict:
     try:
-        return json.loads(read_user_text(path, "evaluation settings"))
+        return parse_json(read_user_text(path, "evaluation settings"))
     except json.JSONDecodeError as e:
         raise SEADInputError(
             f"corrupt settings ({e.msg}); pass eval.fresh=true to start over", path=path, line=e.lineno
         ) from None
+
+
+def eval_folder(ec: EvalConfig, spec: ModelSpec) -> Path:
+    """Where one model's evaluation is written: eval.out_dir/<the model's name>."""
+    return Path(ec.out_dir).expanduser().absolute() / spec.name
 
 
 def evaluate(
@@ -123,7 +128,7 @@ def evaluate(
 ) -> tuple[Path, list[Episode], dict]:
     """(output folder, episodes in test-set order, run info)."""
     runner = replace(runner, max_new_tokens=ec.max_new_tokens, max_turns=ec.max_turns or runner.max_turns)
-    out = Path(ec.out_dir) / spec.name
+    out = eval_folder(ec, spec)
     settings = frozen_settings(ec, spec, agent, user, testset, runner, scenario)
     done = prepare_folder(out, settings, ec.fresh)
     profiles = testset.profiles[: ec.limit or None]

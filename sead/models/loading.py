@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sead.config import number, one_of
+from sead.config import MAX_SEED, number, one_of
 from sead.errors import SEADInputError
 
 
@@ -17,16 +17,28 @@ class ModelConfig:
     path: str | None = None  # local HF folder (preset=path), also any checkpoint's model/ folder
     dtype: str = one_of("auto", "float32", "bfloat16", "float16")  # auto: bf16 where native (sead.models.precision)
     device: str = "cpu"  # a torch device: cpu, cuda, cuda:1, ...
-    hidden: int = number(64, ge=1)  # tiny preset: hidden size
-    layers: int = number(2, ge=1)  # tiny preset: decoder layers
-    heads: int = number(4, ge=1)  # tiny preset: attention heads
-    kv_heads: int = number(2, ge=1)  # tiny preset: key/value heads (grouped-query attention)
-    intermediate: int = number(128, ge=1)  # tiny preset: the MLP's width
-    init_seed: int = number(0, ge=0)  # tiny preset: the seed of its random weights
+    hidden: int = number(64, ge=1, le=65_536)  # tiny preset: hidden size
+    layers: int = number(2, ge=1, le=1024)  # tiny preset: decoder layers
+    heads: int = number(4, ge=1, le=1024)  # tiny preset: attention heads
+    kv_heads: int = number(2, ge=1, le=1024)  # tiny preset: key/value heads (grouped-query attention)
+    intermediate: int = number(128, ge=1, le=262_144)  # tiny preset: the MLP's width
+    init_seed: int = number(0, ge=0, le=MAX_SEED)  # tiny preset: the seed of its random weights
 
     def at(self, folder: str | Path) -> ModelConfig:
         """The same dtype and device, loading a saved HF folder (a warm-up's or a checkpoint's model/)."""
         return replace(self, preset="path", path=str(folder))
+
+
+def _from_folder(auto, path: Path, what: str, **kwargs):
+    """`auto.from_pretrained(path)`; a folder it cannot load (a file cut short, a config or tokenizer that is not
+    JSON, weights of another shape) raises SEADInputError naming it, not a loader's traceback."""
+    from safetensors import SafetensorError
+
+    try:
+        return auto.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as e:
+        problem = " ".join(str(e).split())[:300]
+        raise SEADInputError(f"cannot load the {what}: {type(e).__name__}: {problem}", path=path) from None
 
 
 def load_model(cfg: ModelConfig, dtype: str | None = None):
@@ -77,11 +89,8 @@ def load_model(cfg: ModelConfig, dtype: str | None = None):
                 raise SEADInputError("not an HF model folder (no config.json)", path=path, field="model.path")
         else:
             raise SEADInputError(f"unknown preset {cfg.preset!r}; choose smollm2, tiny or path", field="model.preset")
-        tok = AutoTokenizer.from_pretrained(path)
-        try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        except (OSError, ValueError) as e:
-            raise SEADInputError(f"cannot load model weights: {e}", path=path) from None
+        tok = _from_folder(AutoTokenizer, path, "tokenizer")
+        model = _from_folder(AutoModelForCausalLM, path, "model weights", dtype=dtype)
         label = str(path)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

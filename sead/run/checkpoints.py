@@ -9,7 +9,8 @@ import logging
 import shutil
 from pathlib import Path
 
-from sead.run.layout import PARTIAL, CheckpointFolder, RunLayout
+from sead.errors import parse_json
+from sead.run.layout import PARTIAL, CheckpointFolder, RunLayout, checkpoint_step
 from sead.run.manifest import manifest_problem, write_manifest
 
 log = logging.getLogger(__name__)
@@ -36,19 +37,45 @@ def commit_checkpoint(run_dir: Path, step: int, state: dict) -> CheckpointFolder
 
 
 def latest_checkpoint(run_dir: Path) -> tuple[Path, dict] | None:
-    """The newest checkpoint that verifies, with its trainer state; each newer one is skipped with a warning
-    naming it and what is wrong with it."""
-    for path in RunLayout(run_dir).checkpoint_folders():
+    """The checkpoint of the highest step that verifies, with its trainer state; each higher one is skipped with a
+    warning naming it and what is wrong with it, and a folder not named as a checkpoint is named as ignored."""
+    layout = RunLayout(run_dir)
+    if layout.checkpoints_dir.is_dir():
+        for other in sorted(p for p in layout.checkpoints_dir.iterdir() if checkpoint_step(p) is None):
+            log.warning(
+                "%s: ignored, not a checkpoint's name (step_NNNNNN); a copy kept there is never resumed from",
+                other.relative_to(run_dir),
+            )
+    for path in layout.checkpoint_folders():
         where = path.relative_to(run_dir)
         if path.name.endswith(PARTIAL):
             log.warning("%s: skipped, a partial checkpoint (the run stopped while writing it)", where)
             continue
-        problem = manifest_problem(path)
+        problem = checkpoint_problem(path)
         if problem is None:
-            state = CheckpointFolder(path).trainer_state
-            try:
-                return path, json.loads(state.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as e:
-                problem = f"{state.name} is unreadable ({type(e).__name__}: {e})"
+            return path, read_trainer_state(path)
         log.warning("%s: skipped, %s; falling back to an earlier checkpoint", where, problem)
     return None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """None where checkpoint folder `path` is whole (its files match its manifest) and its trainer state is of the
+    step its name says; else what is wrong."""
+    problem = manifest_problem(path)
+    if problem is not None:
+        return problem
+    try:
+        state = read_trainer_state(path)
+    except (OSError, ValueError) as e:
+        return f"{CheckpointFolder(path).trainer_state.name} is unreadable ({type(e).__name__}: {e})"
+    named = checkpoint_step(path)
+    if named is not None and state.get("step") != named:
+        return f"its trainer state is of step {state.get('step')!r}, not of step {named} (a folder renamed by hand?)"
+    return None
+
+
+def read_trainer_state(path: Path) -> dict:
+    state = parse_json(CheckpointFolder(path).trainer_state.read_text(encoding="utf-8"))
+    if not isinstance(state, dict):
+        raise ValueError("not a JSON object")
+    return state

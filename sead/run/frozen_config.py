@@ -2,7 +2,9 @@
 model, another scenario) would continue from weights and controller state made under the old ones, and the
 config on file would no longer say what produced the results. So a resume compares its resolved config with the
 one in effect at the checkpoint and refuses any difference in a run-defining key, naming the keys, unless
-`resume_allow_changes=true`; then the new config is kept beside the old one and the change is logged.
+`resume_allow_changes=true`; then the new config is kept beside the old one and the change is logged. What the
+checkpoint's state is shaped by (SHAPED_BY: LoRA settings, the estimator, the model preset, the backend) cannot
+change at all.
 
 config.yaml is always the config the run started with; config.resume_NNNNNN.yaml is the one a resume from step
 NNNNNN ran with, written whenever it differs, so each step's settings stay on record.
@@ -20,13 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sead.config import RETIRED
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, parse_json
 from sead.run.atomic import write_text_atomic
 from sead.run.layout import RunLayout, resume_records
+from sead.run.lock import run_dir_path
 from sead.usersim.base import comparable_environment
 
 log = logging.getLogger(__name__)
@@ -37,6 +41,10 @@ INVOCATION = ("resume", "resume_allow_changes", "run_dir")
 # time budget), how often it saves, where numbers are logged, and sections `sead train` does not read. Changes
 # are recorded in config.resume_NNNNNN.yaml but need no permission.
 MAY_CHANGE = ("trainer.iterations", "trainer.max_minutes", "trainer.save_every", "trainer.logging", "eval", "profiles")
+# What the checkpoint's own state is shaped by (the model it was made from, LoRA adapters, the optimiser's state and
+# PPO's value head, which backend wrote it): no resume can change these, resume_allow_changes or not. (model.path
+# may change with permission: a base model moved to another folder.)
+SHAPED_BY = ("backend", "model.preset", "trainer.lora", "trainer.update.estimator")
 SHOWN = 12  # differing keys named in the refusal; a forgotten preset changes dozens
 
 
@@ -68,8 +76,13 @@ def read_saved_config(path: Path) -> DictConfig:
     retired resumes, with the value now derived from the keys it still has."""
     try:
         saved = OmegaConf.load(path)
-    except (OSError, OmegaConfBaseException) as e:
-        raise SEADInputError(f"cannot read the run's config ({e}); restore it, or start a new run", path=path) from None
+        if not isinstance(saved, DictConfig):
+            raise ValueError("not a mapping of settings")
+    except (OSError, ValueError, OmegaConfBaseException, yaml.YAMLError) as e:
+        problem = " ".join(str(e).split())
+        raise SEADInputError(
+            f"cannot read the run's config ({problem}); restore it, or start a new run", path=path
+        ) from None
     for key in RETIRED:
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(saved, parent, default=None)
@@ -117,7 +130,7 @@ def with_saved_settings(cfg: DictConfig, defaults: DictConfig, overrides: Sequen
     the run's newest config file, so `run_dir=R resume=true` is enough. A key counts as set when the command
     line names it or when it differs from `defaults` (a config group such as `preset=cpu` sets many); those
     keep the command line's value, for `resume_config` to accept or refuse."""
-    run_dir = Path(str(cfg.run_dir)).resolve()
+    run_dir = run_dir_path(cfg.run_dir)
     saved_path = config_in_effect(run_dir, step=2**62)
     if not saved_path.is_file():
         return cfg  # no run here: start_or_resume says so
@@ -138,7 +151,7 @@ def read_saved_environment(path: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return parse_json(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SEADInputError(f"cannot read the run's user simulator record ({e}); restore it", path=path) from None
 
@@ -162,6 +175,15 @@ def resume_config(run_dir: Path, cfg: DictConfig, step: int, environment: dict) 
     changes = changed_settings(saved, OmegaConf.to_container(cfg))
     user_changes = environment_changes(saved_environment, environment)
     defining = {k: v for k, v in changes.items() if not under(k, MAY_CHANGE)} | user_changes
+    shaping = {k: v for k, v in changes.items() if under(k, SHAPED_BY)}
+    if shaping:
+        raise SEADInputError(
+            f"resume=true cannot change {describe_changes(shaping)}, even with resume_allow_changes=true: the "
+            "checkpoint's weights, adapters and optimiser state were made under them. Resume with the run's own "
+            "values, or start a new run in another run_dir from this one's weights (model.preset=path "
+            "model.path=RUN_DIR/checkpoints/step_NNNNNN/model)",
+            path=saved_path,
+        )
     if defining and not cfg.get("resume_allow_changes", False):
         raise SEADInputError(
             f"resume=true with settings that define the run changed: {describe_changes(defining)}. Resume with the "

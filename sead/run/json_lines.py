@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,10 @@ class JsonLinesAppender:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, record: dict) -> None:
-        os.write(self._fd, json_line(record).encode("utf-8"))
+        try:
+            os.write(self._fd, json_line(record).encode("utf-8"))
+        except OSError as e:  # a descriptor's error names no file
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
 
     def close(self) -> None:
         os.close(self._fd)
@@ -57,7 +60,7 @@ def read_json_lines(path: Path) -> list[dict]:
     records = []
     for i, (n, raw) in enumerate(lines):
         try:
-            record = json.loads(raw)
+            record = parse_json(raw)
         except json.JSONDecodeError as e:
             record, problem = None, f"invalid JSON ({e.msg} at column {e.colno})"
         else:

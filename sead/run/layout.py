@@ -2,7 +2,7 @@
 (`sead eval`, `sead report`, `sead audit-mask`, the benchmarks) finds its files through it, so a path is spelled
 here and nowhere else:
 
-  .lock                         held (flock) by the one process writing the run; holds its PID
+  .lock                         the PID of the one process writing the run (its flock is on the folder)
   config.yaml                   the resolved config the run started with (frozen once it has a checkpoint)
   config.resume_NNNNNN.yaml     the config a resume from step NNNNNN ran with, where it differs
   usersim.json                  the user simulator's identity and settings, and how agent turns are read
@@ -26,10 +26,12 @@ here and nowhere else:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 PARTIAL = ".partial"  # suffix of a checkpoint folder still being written
+CHECKPOINT_NAME = re.compile(r"step_(\d+)((?:\.partial)?)")  # what `RunLayout.checkpoint` names a folder
 BASE_MODEL = "base"  # the validation of the model before any warm-up, beside the iterations'
 
 
@@ -141,9 +143,15 @@ class RunLayout:
         return CheckpointFolder(self.checkpoints_dir / f"step_{step:06d}{PARTIAL}")
 
     def checkpoint_folders(self) -> list[Path]:
-        """Every checkpoint folder, complete or partial, newest first."""
+        """Every checkpoint folder, complete or partial, highest step first (a partial one before the complete one
+        of its step: it is the newer write). Folders of other names (a copy named `step_best`) are not listed: a
+        name's sort order is not its step."""
         root = self.checkpoints_dir
-        return sorted(root.glob("step_*"), reverse=True) if root.is_dir() else []
+        if not root.is_dir():
+            return []
+        steps = {p: checkpoint_step(p) for p in root.iterdir()}
+        named = [(step, p.name.endswith(PARTIAL), p) for p, step in steps.items() if step is not None]
+        return [p for *_, p in sorted(named, reverse=True)]
 
     @property
     def warmup(self) -> WarmupFolder:
@@ -156,6 +164,12 @@ class RunLayout:
         """The folders every backend writes into."""
         for folder in (self.rollouts_dir, self.validation_dir, self.controller_dir, self.checkpoints_dir):
             folder.mkdir(parents=True, exist_ok=True)
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step of a checkpoint folder's name (step_NNNNNN or step_NNNNNN.partial), None for any other name."""
+    m = CHECKPOINT_NAME.fullmatch(folder.name)
+    return int(m[1]) if m else None
 
 
 def resume_record(original: Path, step: int) -> Path:

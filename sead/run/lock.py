@@ -1,7 +1,9 @@
-"""One writer per run directory. Two trainers on one run_dir would interleave their metrics and overwrite each
-other's rollouts and checkpoints, so a run holds an exclusive flock on RUN_DIR/.lock for as long as it writes.
-The kernel drops the lock when its holder exits, however it exits: a lock file left by a killed run blocks
-nothing. (On a shared filesystem the lock needs one that supports flock, e.g. NFSv4.)"""
+"""One writer per output folder. Two trainers on one run_dir would interleave their metrics and overwrite each
+other's rollouts and checkpoints, and two `sead eval` into one folder each other's dialogues, so a writer holds an
+exclusive flock on the folder itself for as long as it writes. The lock is the kernel's, on the folder's inode:
+deleting or replacing the `.lock` file beside it (which only tells a second writer the holder's PID) unlocks
+nothing, and the kernel drops the lock when its holder exits, however it exits, so nothing a killed writer left
+blocks the next one. (On a shared filesystem the lock needs one that supports flock, e.g. NFSv4.)"""
 
 from __future__ import annotations
 
@@ -16,37 +18,80 @@ from pathlib import Path
 from sead.errors import SEADInputError
 from sead.run.layout import RunLayout
 
+PID_FILE = RunLayout.lock.name  # the holder's PID, for the message a second writer gets
+
+
+def run_dir_path(value) -> Path:
+    """The absolute folder a `run_dir` setting names; an empty one, or one that cannot be resolved (a symlink
+    loop), raises naming the field."""
+    text = str(value).strip()
+    if not text:
+        raise SEADInputError("is empty; name the folder the run is written to", field="run_dir")
+    try:
+        return Path(text).expanduser().resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop, before Python 3.13
+        raise SEADInputError(f"cannot be resolved to a folder: {e}", path=text, field="run_dir") from None
+
 
 @contextmanager
-def run_dir_lock(run_dir: Path) -> Iterator[None]:
-    """Hold `run_dir` for the `with` block; raise SEADInputError naming the holder's PID if another process
-    holds it. A folder this call created is removed again if the block fails before it holds any result (a bad
-    model path or a dead simulator must not leave an empty run behind)."""
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(RunLayout(run_dir).lock, os.O_RDWR | os.O_CREAT, 0o644)
+def folder_lock(folder: Path, what: str = "run directory", setting: str = "run_dir") -> Iterator[None]:
+    """Hold `folder` (created where missing) for the `with` block; raise SEADInputError naming the holder's PID if
+    another process holds it, or naming the folder if it cannot be one. A folder this call created is removed again
+    if the block fails before it holds any result (a bad model path or a dead simulator must not leave an empty run
+    behind)."""
+    created = not folder.exists()
+    fd = _open_folder(folder, what, setting)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
-            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
             raise SEADInputError(
-                f"another process (PID {holder}) is writing this run directory; wait for it to "
-                "end, stop it, or choose another run_dir",
-                path=run_dir,
+                f"another process (PID {_holder(folder)}) is writing this {what}; wait for it to end, stop it, "
+                f"or choose another {setting}",
+                path=folder,
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        _write_pid(folder, what)
         try:
             yield
         except BaseException:
-            if created and _scaffolding_only(run_dir):
-                shutil.rmtree(run_dir, ignore_errors=True)
+            if created and _scaffolding_only(folder):
+                shutil.rmtree(folder, ignore_errors=True)
             raise
     finally:
         os.close(fd)  # closing the only descriptor releases the lock
+
+
+def run_dir_lock(run_dir: Path):
+    """`folder_lock` of a training run's folder."""
+    return folder_lock(run_dir)
+
+
+def _open_folder(folder: Path, what: str, setting: str) -> int:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except (FileExistsError, NotADirectoryError):
+        raise SEADInputError(f"is a file, not a folder: choose another {setting}", path=folder) from None
+    except OSError as e:
+        raise SEADInputError(f"cannot make or open this {what}: {e.strerror or e}", path=folder) from None
+
+
+def _holder(folder: Path) -> str:
+    try:
+        return (folder / PID_FILE).read_text(encoding="ascii", errors="replace").strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _write_pid(folder: Path, what: str) -> None:
+    pid_file = folder / PID_FILE
+    try:
+        pid_file.unlink(missing_ok=True)  # a new file: one a former holder left may be read-only or a link
+        pid_file.write_text(f"{os.getpid()}\n", encoding="ascii")
+    except OSError as e:
+        raise SEADInputError(f"cannot write into this {what}: {e.strerror or e}", path=folder) from None
 
 
 def _scaffolding_only(run_dir: Path) -> bool:

@@ -8,6 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from sead.errors import parse_json
 from sead.run.atomic import write_text_atomic
 
 MANIFEST = "manifest.json"
@@ -35,7 +36,7 @@ def manifest_problem(folder: Path) -> str | None:
     try:
         files = [
             (name, int(want["bytes"]), str(want["sha256"]))
-            for name, want in json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"].items()
+            for name, want in parse_json((folder / MANIFEST).read_text(encoding="utf-8"))["files"].items()
         ]
     except FileNotFoundError:
         return f"no {MANIFEST} (an unfinished write, or a format older than manifests), so it is not trusted"

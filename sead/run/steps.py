@@ -141,7 +141,7 @@ def write_validation_metrics(
     train_minutes: float | None,
     averaged: dict | None = None,
 ) -> dict:
-    """The metrics of validation `iteration` (with a bootstrap seeded by the validation seed), and where on the
+    """The metrics of validation `iteration` (bootstrap CIs seeded by the validation seed), and where on the
     training curve it lies: after `step` steps and `train_minutes` of training (None where not measured); `averaged`:
     which average of the policy's weights was measured (trainer.weight_ema), where one was."""
     m = compute_metrics(episodes, space, seed=seed)
@@ -152,9 +152,3 @@ def write_validation_metrics(
 
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
-
-
-def validated_at(layout: RunLayout, iteration: int, step: int) -> bool:
-    """Whether validation after `iteration` was measured at `step` (a replayed step is measured again)."""
-    path = layout.validation_metrics(iteration)
-    return path.exists() and json.loads(path.read_text())["at"]["step"] == step

@@ -3,10 +3,11 @@ iteration), CR and the user-side measures with their 95% CIs, so a run says itse
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 
 from rich.table import Table
 
+from sead.errors import SEADInputError, parse_json
 from sead.run.layout import BASE_MODEL, RunLayout
 from sead.stats import wilson_interval
 
@@ -15,7 +16,8 @@ USER_SIDE = ("ACK", "CAR")  # sead.metrics: stages the user acknowledged, concer
 
 def interval(m: dict, name: str) -> tuple[float | None, float | None]:
     """95% CI of metric `name` in compute_metrics output `m`: Wilson's for CR (a rate: a bootstrap collapses to a
-    point at 0 or n of n), the bootstrap's for the others."""
+    point at 0 or n of n; recomputed from the counts, as files written before compute_metrics gave it hold the
+    bootstrap's), the file's own for the others."""
     c = m["counts"]
     if name == "CR" and c["evaluated"]:
         return tuple(wilson_interval(c["completed"], c["evaluated"]))
@@ -51,7 +53,23 @@ def validations(layout: RunLayout) -> dict[int | str, dict]:
     """Every validation on disk, in order: the base model's first, where there is one."""
     points = [BASE_MODEL] if layout.validation_metrics(BASE_MODEL).exists() else []
     points += layout.validated_iterations()
-    return {p: json.loads(layout.validation_metrics(p).read_text()) for p in points}
+    return {p: read_validation(layout.validation_metrics(p)) for p in points}
+
+
+def read_validation(path: Path) -> dict:
+    """A validation's metrics file; one that does not read as one (cut short, edited) raises naming it."""
+    try:
+        m = parse_json(path.read_text(encoding="utf-8"))
+        int(m["at"]["step"])
+        if not (isinstance(m["counts"], dict) and isinstance(m["metrics"], dict)):
+            raise TypeError("its counts and metrics are not objects")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise SEADInputError(
+            f"not a readable validation result ({type(e).__name__}: {e}); restore it, or delete it (that point then "
+            "drops out of the run's validation table)",
+            path=path,
+        ) from None
+    return m
 
 
 def shown_user_side(results: dict) -> list[str]:
@@ -102,3 +120,9 @@ def validation_table(layout: RunLayout) -> Table:
         cells = (with_ci(m, n, sep="\n") for n in ("CR", *shown))
         table.add_row(label, step, *cells, str(m["counts"]["evaluated"]))
     return table
+
+
+def validated_at(layout: RunLayout, iteration: int, step: int) -> bool:
+    """Whether validation after `iteration` was measured at `step` (a replayed step is measured again)."""
+    path = layout.validation_metrics(iteration)
+    return path.exists() and read_validation(path)["at"]["step"] == step

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sead.errors import SEADInputError, jsonl_records, read_user_text
+from sead.errors import SEADInputError, jsonl_records, parse_json, read_user_text
+from sead.scenario.template import refuse_control_tokens
 
 _ORIGINAL_KEY = "User_Persona_Classification"
 # The original prefixed categories with an index ("3. Rule_Understanding"); the index carries no meaning.
@@ -77,13 +78,14 @@ class BehaviourLibrary:
 def _clean(value, *, path, line, field) -> str:
     if not isinstance(value, str) or not value.strip():
         raise SEADInputError("empty or non-text value", path=path, line=line, field=field)
+    refuse_control_tokens(value, path=path, line=line, field=field)
     return " ".join(value.split())
 
 
 def _parse_original(text: str, path: Path) -> list[tuple[int, Behaviour]] | None:
     """Return entries if the file is the original single-object format, else None."""
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except json.JSONDecodeError:
         return None
     if not isinstance(data, dict) or _ORIGINAL_KEY not in data:

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sead.errors import SEADInputError
+
+# User states are small scales (cooperation 0-4): a dimension's values and the joint states the controller weighs
+# are built as lists, so ranges past these are refused before anything is built (a `high: 1000000000` typed for a
+# small number would take minutes and gigabytes).
+MAX_VALUES = 1001  # values of one dimension, low to high
+MAX_JOINT_STATES = 100_000  # joint states the controller samples from: the product of the allowed values' counts
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,14 @@ class ProfileSpace:
         space = cls(tuple(_dimension(str(name), spec, f"{field}.{name}") for name, spec in cfg.items()))
         if not space.sampled:
             raise SEADInputError("no dimension is marked sampled: true", field=field)
+        joint = math.prod(len(d.allowed) for d in space.sampled)
+        if joint > MAX_JOINT_STATES:
+            counts = " x ".join(f"{len(d.allowed)} ({d.name})" for d in space.sampled)
+            raise SEADInputError(
+                f"the sampled dimensions make {joint} joint states ({counts}), more than the {MAX_JOINT_STATES} "
+                "the controller weighs; narrow their `allowed` values or sample fewer dimensions",
+                field=field,
+            )
         return space
 
     def check_value(self, name: str, value, *, path=None, line=None) -> int:
@@ -87,6 +102,11 @@ def _dimension(name: str, spec, field: str) -> Dimension:
     low, high = _integer(spec.get("low"), f"{field}.low"), _integer(spec.get("high"), f"{field}.high")
     if low > high:
         raise SEADInputError(f"low {low} is above high {high}", field=field)
+    if high - low + 1 > MAX_VALUES:
+        raise SEADInputError(
+            f"{low}-{high} holds {high - low + 1} values; a user-state dimension holds at most {MAX_VALUES}",
+            field=field,
+        )
     sampled = spec.get("sampled", True)
     if not isinstance(sampled, bool):
         raise SEADInputError(f"must be true or false, got {sampled!r}", field=f"{field}.sampled")

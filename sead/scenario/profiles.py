@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sead.errors import SEADInputError, jsonl_records, read_user_bytes, read_user_text
+from sead.errors import SEADInputError, jsonl_records, parse_json, read_user_bytes, read_user_text
 from sead.scenario.behaviours import BehaviourLibrary
 from sead.scenario.profile_space import ProfileSpace
 
@@ -69,7 +69,7 @@ def profile_from_dict(
         behaviours = behaviours.tolist()
     if isinstance(behaviours, str):  # a JSON-encoded list, as the original stored it in parquet
         try:
-            behaviours = json.loads(behaviours)
+            behaviours = parse_json(behaviours)
         except json.JSONDecodeError:
             raise SEADInputError(
                 "not a list or a JSON list of strings", path=path, line=line, field="behaviours"

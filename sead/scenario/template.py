@@ -12,6 +12,14 @@ from pathlib import Path
 
 from sead.errors import SEADInputError, read_user_text
 
+# The text of chat-template control tokens (ChatML's and Llama-3's `<|...|>`, Llama-2's `<s>` and `[INST]`, Gemma's
+# turn markers): in a prompt or a behaviour they would be read as the tokenizer's own, and forge turns. The agent's
+# context encodes any special token's text as plain text (sead.dialogue.chat_tokens); a file holding one is refused
+# at load, where its author can still see why.
+CONTROL_TOKEN = re.compile(
+    r"<\|[^\s<>|]{1,64}\|>|</?s>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>|<(?:bos|eos|pad|unk)>"
+)
+
 # `${name}` or `{name}`; `{{` and `}}` are literal braces. Only identifier-like names count as placeholders.
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
 
@@ -34,6 +42,7 @@ class PromptTemplate:
         known = required | set(allowed)
         if not text.strip():
             raise SEADInputError("prompt template is empty", path=source)
+        refuse_control_tokens(text, path=source)
         found: dict[str, int] = {}
         for m in _PLACEHOLDER.finditer(text):
             name = m.group(1) or m.group(2)
@@ -63,3 +72,19 @@ class PromptTemplate:
             return str(values[m.group(1) or m.group(2)])
 
         return _PLACEHOLDER.sub(sub, self.text).replace("{{", "{").replace("}}", "}")
+
+
+def refuse_control_tokens(text: str, *, path, line: int | None = None, field: str | None = None) -> None:
+    """Raise SEADInputError naming where `text` (of a prompt or a behaviour) holds a chat control token's text: at
+    `line` and `field` where given, else at its line within `text` (a whole file)."""
+    m = CONTROL_TOKEN.search(text)
+    if m:
+        if line is None and field is None:
+            line = text.count("\n", 0, m.start()) + 1
+        raise SEADInputError(
+            f"holds {m.group(0)!r}, a chat template's control token: a model would read it as the start or end of a "
+            "turn, not as words; remove it",
+            path=path,
+            line=line,
+            field=field,
+        )

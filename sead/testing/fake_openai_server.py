@@ -29,7 +29,9 @@ Responder = Callable[[dict], str]
 
 # What each fault does to one chat request; see _Handler.do_POST.
 # "trickle" sends the answer in small pieces spread over `seconds`: no single read is slow, the whole is.
-FAULTS = ("delay", "trickle", "http500", "http429", "drop", "empty", "no_choices", "garbage")
+# "oversized" answers with a reply of OVERSIZED_BYTES, more than a client reads (a server gone wrong).
+FAULTS = ("delay", "trickle", "http500", "http429", "drop", "empty", "no_choices", "garbage", "oversized")
+OVERSIZED_BYTES = 2 * 1024 * 1024
 TRICKLE_PIECES = 20
 GARBAGE_TEXT = "uh, what? who is this, I'm busy"
 
@@ -189,6 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
             content = ""
         elif kind == "garbage":
             content = GARBAGE_TEXT
+        elif kind == "oversized":
+            content = "<user_reply>" + "blah " * (OVERSIZED_BYTES // 5) + "</user_reply>"
         else:
             try:
                 content = fake.responder(body)

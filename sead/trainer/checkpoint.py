@@ -3,6 +3,7 @@ RNG states and trainer state, written through `sead.run.checkpoints` (temporary 
 
 from __future__ import annotations
 
+import errno
 import random
 from pathlib import Path
 
@@ -14,10 +15,23 @@ from sead.run.layout import CheckpointFolder
 from sead.trainer import lora
 
 
-def save_checkpoint(run_dir: Path, step: int, *, model, tokenizer, updater, state: dict, averaged=None) -> None:
+def save_checkpoint(run_dir: Path, step: int, **parts) -> None:
+    """Write step `step`'s checkpoint (see `_write` for `parts`). A write that fails (a full or read-only disk)
+    leaves a partial folder, which a resume skips; the error is an OSError naming it, whatever library wrote."""
+    from safetensors import SafetensorError
+
+    tmp = new_checkpoint_dir(run_dir, step)
+    try:
+        _write(tmp, **parts)
+    except (RuntimeError, SafetensorError) as e:  # torch.save and safetensors report a failed write this way
+        problem = " ".join(str(e).split())[:200]
+        raise OSError(errno.EIO, f"writing the checkpoint failed ({problem}); is the disk full?", str(tmp.path)) from e
+    commit_checkpoint(run_dir, step, parts["state"])
+
+
+def _write(tmp, *, model, tokenizer, updater, state: dict, averaged=None) -> None:
     """`averaged`: the weights' average (trainer.weight_ema), once it exists; it becomes model/, the live policy
     policy/."""
-    tmp = new_checkpoint_dir(run_dir, step)
     if lora.is_lora(model):
         lora.save(model, tokenizer, model_dir=tmp.model, adapter_dir=tmp.adapter)
     else:
@@ -36,7 +50,6 @@ def save_checkpoint(run_dir: Path, step: int, *, model, tokenizer, updater, stat
         tmp.optimizer,
     )
     torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}, tmp.rng)
-    commit_checkpoint(run_dir, step, state)
 
 
 def load_training_state(path: Path, updater) -> None:

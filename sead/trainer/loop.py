@@ -23,7 +23,7 @@ from sead.progress import progress_bar
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.frozen_config import write_start_config
 from sead.run.layout import BASE_MODEL, CheckpointFolder, RunLayout
-from sead.run.lock import run_dir_lock
+from sead.run.lock import run_dir_lock, run_dir_path
 from sead.run.machine import record_machine
 from sead.run.metrics_log import MetricsLogger
 from sead.run.paired import validation_jobs
@@ -33,11 +33,10 @@ from sead.run.steps import (
     StepRecord,
     finish_step,
     unplayed_step,
-    validated_at,
     write_controller_state,
     write_validation_metrics,
 )
-from sead.run.validation_table import changes, user_side, validation_table, with_ci
+from sead.run.validation_table import changes, user_side, validated_at, validation_table, with_ci
 from sead.trainer.budget import TrainingBudget
 from sead.trainer.checkpoint import load_training_state, save_checkpoint
 from sead.trainer.models import build_models
@@ -69,7 +68,7 @@ class Trainer(StepPlays):
         asyncio.run(self.user.check_health())  # a dead simulator fails here, not after minutes of loading
         asyncio.run(check_endpoint(self.plausibility))
         self.score = EpisodeScorer.for_run(cfg, self.scenario)
-        self.layout = RunLayout(Path(str(cfg.run_dir)).resolve())
+        self.layout = RunLayout(run_dir_path(cfg.run_dir))
         start = start_or_resume(self.layout.path, cfg, environment_identity(self.user))
         console.print(f"run directory: {self.layout.path}")
         self.model, self.ref, self.tokenizer, label = build_models(
@@ -384,5 +383,5 @@ class Trainer(StepPlays):
 
 def train(cfg: DictConfig) -> Path:
     host_memory.keep_freed_memory()  # each micro-batch's activations reuse the last one's pages
-    with run_dir_lock(Path(str(cfg.run_dir)).resolve()):
+    with run_dir_lock(run_dir_path(cfg.run_dir)):
         return compute.serve(Trainer(cfg).run())  # the tensor work on this thread, the loop beside it

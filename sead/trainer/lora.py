@@ -19,8 +19,8 @@ class LoraSettings:
     # train low-rank adapters instead of every weight; the KL reference is the base with the adapters off (no
     # second copy of the model), checkpoints hold the adapter and the merged model
     enabled: bool = False
-    r: int = number(16, ge=1)  # the adapters' rank
-    alpha: int = number(32, ge=1)  # their scale: the update is alpha / r times the low-rank product
+    r: int = number(16, ge=1, le=4096)  # the adapters' rank
+    alpha: int = number(32, ge=1, le=65_536)  # their scale: the update is alpha / r times the low-rank product
     dropout: float = number(0.0, ge=0, lt=1)  # dropout on the adapters' input
     target_modules: list[str] = field(  # the linear layers that get adapters
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

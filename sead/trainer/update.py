@@ -208,10 +208,19 @@ class Updater:
 
 def _non_finite(what: str, cfg: UpdateConfig, temperature: float) -> SEADInputError:
     """A NaN or infinity stops the run: skipping the step would leave the cause in place for the next one, and
-    saving would put it into a checkpoint that every resume and evaluation then loads."""
+    saving would put it into a checkpoint that every resume and evaluation then loads. The error names the
+    setting at fault where one is not finite (the config's ranges refuse that at load, but code can set any), else
+    the lr, the usual cause, beside every other setting that scales the update."""
+    settings = {f"trainer.update.{k}": getattr(cfg, k) for k in SCALING}
+    settings["trainer.sampling.temperature"] = temperature
+    field = next((k for k, v in settings.items() if not math.isfinite(v)), "trainer.update.lr")
+    values = ", ".join(f"{k.rpartition('.')[2]}={v:g}" for k, v in settings.items() if k != "trainer.update.lr")
     return SEADInputError(
         f"{what} is not finite; the run stops before any checkpoint can hold it. Likely cause: trainer.update.lr="
-        f"{cfg.lr:g} too high for this model (the policy diverged), or trainer.sampling.temperature="
-        f"{temperature:g} too close to 0 (the logits are divided by it)",
-        field="trainer.update.lr",
+        f"{cfg.lr:g} too high for this model (the policy diverged); check also {values} (a coefficient too large, "
+        "a temperature too close to 0: the logits are divided by it)",
+        field=field,
     )
+
+
+SCALING = ("lr", "kl_coef", "weight_decay", "entropy_coef", "imitation_coef", "vf_coef")  # what scales an update

@@ -23,7 +23,7 @@ from sead.dialogue import EpisodeJob, RolloutLog, RunnerConfig, run_batch
 from sead.dialogue.episode import Episode
 from sead.dialogue.rollout_log import read_rollouts
 from sead.dialogue.seeds import imitation_seed, warmup_episode_seed
-from sead.errors import SEADInputError
+from sead.errors import SEADInputError, parse_json
 from sead.models.loading import ModelConfig, load_model
 from sead.policy.scripted import ReferenceAgent
 from sead.run.fixed_profiles import fixed_profiles
@@ -207,7 +207,7 @@ def reuse_warmup(src: str, *, model, model_cfg: ModelConfig, lora_enabled: bool)
             f"the warm-up in {where.path} was made for another model than model.* names: {str(err).splitlines()[0]}",
             field="trainer.warmup.reuse",
         ) from err
-    return {**json.loads(where.summary.read_text()), "reused_from": str(where.path)}
+    return {**parse_json(where.summary.read_text()), "reused_from": str(where.path)}
 
 
 def save_warmup(out: WarmupFolder, summary: dict, model, tokenizer) -> None:

@@ -12,9 +12,31 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sead.config import MAX_TEMPERATURE, MIN_TEMPERATURE, Domain
+from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
 from sead.scenario.tags import AGENT_READING_VERSION
+
+# The ranges of the numbers an LLM-backed simulator is built with (the keys of usersim.*, its constructor's
+# arguments, so no schema checks them at load): a reply cut to a token or unbounded, a call that may never time out.
+SIMULATOR_SETTINGS = {
+    "temperature": Domain(ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, also=(0,)),  # 0: greedy, where the server allows
+    "top_p": Domain(gt=0, le=1),
+    "top_k": Domain(ge=0, le=1_000_000),
+    "max_tokens": Domain(ge=1, le=1_000_000),  # of one user reply
+    "max_new_tokens": Domain(ge=1, le=1_000_000),
+    "timeout": Domain(gt=0, le=3600),  # seconds per call
+}
+
+
+def check_settings(**values) -> None:
+    """Raise SEADInputError naming `usersim.<key>` for the first value outside SIMULATOR_SETTINGS' range."""
+    for key, value in values.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise SEADInputError(f"must be a number, got {value!r}", field=f"usersim.{key}")
+        if problem := SIMULATOR_SETTINGS[key].problem(value):
+            raise SEADInputError(problem, field=f"usersim.{key}")
 
 
 @dataclass(frozen=True)
@@ -34,8 +56,13 @@ class UserReply:
 
 
 class SimulatorError(RuntimeError):
-    """The simulator could not answer (timeout, HTTP error, dead server). The runner retries, then gives up
-    on the episode as `sim_error`: it never counts as an agent failure."""
+    """The simulator could not answer (timeout, HTTP error, dead server, an answer too large to be a reply). The
+    runner retries, then gives up on the episode as `sim_error`: it never counts as an agent failure.
+    `retry_after`: the seconds the simulator asked to wait before the next call (a rate limit's Retry-After)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class UserSimulator(ABC):

@@ -8,7 +8,7 @@ from sead import compute
 from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
-from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator
+from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator, check_settings
 from sead.usersim.openai_sim import build_user_messages, turn_seed
 
 
@@ -29,6 +29,9 @@ class HFUserSimulator(UserSimulator):
         tokenizer=None,
     ):
         super().__init__(scenario)
+        check_settings(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens)
+        if temperature == 0:  # transformers' sampling (do_sample) takes no temperature of 0
+            raise SEADInputError("the in-process simulator samples: set it above 0", field="usersim.temperature")
         if model is None or tokenizer is None:
             if not model_path:
                 raise SEADInputError("a model folder or hub id is required", field="usersim.model_path")

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 64 * 1024  # a status line and headers longer than this are not an HTTP server's answer
+# A chat completion holding one user reply is a few KB; an answer past this is no user's reply (a server gone wrong,
+# an endless generation), and reading it whole would hold memory and end up as a line of a rollout file.
+MAX_BODY_BYTES = 512 * 1024
 # How often a client looks for requests past their deadline, so a deadline is kept to within this many seconds. One
 # timer per client instead of an asyncio.timeout per request: with hundreds of dialogues in flight, arming and
 # cancelling a timer on every call was a twentieth of a runner's CPU (measured 2026-11-28).
@@ -28,6 +34,16 @@ class BadResponse(ConnectionError):
 
 class BadURL(ConnectionError):
     """The base URL cannot be connected to (no http/https scheme, no host, a port out of range)."""
+
+
+class TooLarge(BadResponse):
+    """The answer's body is longer than MAX_BODY_BYTES; it is not read to its end."""
+
+
+class Answer(NamedTuple):
+    status: int
+    body: bytes
+    retry_after: float | None = None  # seconds the server asks a client to wait before asking again (Retry-After)
 
 
 @dataclass(frozen=True)
@@ -73,11 +89,11 @@ class KeepAliveClient:
         self._deadlines: dict[_Connection, float] = {}  # connection busy with a request -> its deadline (loop time)
         self._deadline_check: asyncio.TimerHandle | None = None
 
-    async def post_json(self, path: str, body: bytes, timeout: float | None = None) -> tuple[int, bytes]:
-        """Status and raw body. Raises OSError (ConnectionError, BadResponse, BadURL) when no full answer arrives,
-        and TimeoutError when none arrives within `timeout` seconds (connecting, sending and the answer; kept to
-        within DEADLINE_CHECK_S). A call that fails, times out or is cancelled closes its connection, so a late
-        answer is never misread."""
+    async def post_json(self, path: str, body: bytes, timeout: float | None = None) -> Answer:
+        """Status, raw body and the wait a `Retry-After` header asks for. Raises OSError (ConnectionError,
+        BadResponse, TooLarge, BadURL) when no full answer arrives, and TimeoutError when none arrives within
+        `timeout` seconds (connecting, sending and the answer; kept to within DEADLINE_CHECK_S). A call that
+        fails, times out or is cancelled closes its connection, so a late answer is never misread."""
         if self._bad_url is not None:
             raise self._bad_url
         head = self._heads.get(path) or self._head(path)
@@ -87,7 +103,7 @@ class KeepAliveClient:
         try:
             if deadline is not None:
                 self._watch(loop, conn, deadline)
-            status, raw, reusable = await conn.exchange(b"%s%d\r\n\r\n%s" % (head, len(body), body))
+            answer, reusable = await conn.exchange(b"%s%d\r\n\r\n%s" % (head, len(body), body))
         except BaseException:
             conn.close()
             raise
@@ -97,7 +113,7 @@ class KeepAliveClient:
             self._idle.append(conn)
         else:
             conn.close()
-        return status, raw
+        return answer
 
     def _head(self, path: str) -> bytes:
         lines = [f"POST {self.endpoint.path}{path} HTTP/1.1", f"Host: {self.endpoint.host_header}"]
@@ -213,15 +229,17 @@ class _Connection(asyncio.Protocol):
 
 
 class _ResponseReader:
-    """Parses one HTTP/1.x response from a growing buffer: `feed` returns (status, body, reusable) once complete."""
+    """Parses one HTTP/1.x response from a growing buffer: `feed` returns (answer, reusable) once complete. A body
+    longer than MAX_BODY_BYTES raises TooLarge as soon as that shows (its declared length, or the bytes read)."""
 
     def __init__(self):
         self.status: int | None = None
         self._length: int | None = None  # Content-Length; None with chunked or close-delimited bodies
         self._chunked = False
         self._keep_alive = True
+        self._retry_after: float | None = None
 
-    def feed(self, buf: bytearray) -> tuple[int, bytes, bool] | None:
+    def feed(self, buf: bytearray) -> tuple[Answer, bool] | None:
         while self.status is None:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
@@ -231,6 +249,10 @@ class _ResponseReader:
             head = bytes(buf[:end]).decode("latin-1")
             del buf[: end + 4]
             self._read_head(head)
+        # a chunked body's framing may double its bytes; a close-delimited body is all the bytes
+        held = MAX_BODY_BYTES if self._length is None and not self._chunked else 2 * MAX_BODY_BYTES
+        if len(buf) > held:
+            raise _too_large()
         if self._chunked:
             return self._read_chunked(buf)
         if self._length is None:
@@ -238,13 +260,16 @@ class _ResponseReader:
         if len(buf) < self._length:
             return None
         # Bytes past the body were never asked for (no pipelining here): do not reuse the connection.
-        return self.status, bytes(buf[: self._length]), self._keep_alive and len(buf) == self._length
+        return self._answer(bytes(buf[: self._length])), self._keep_alive and len(buf) == self._length
 
-    def finish(self, buf: bytearray) -> tuple[int, bytes, bool] | None:
+    def finish(self, buf: bytearray) -> tuple[Answer, bool] | None:
         """At end of stream: the answer, if its body was close-delimited."""
         if self.status is not None and not self._chunked and self._length is None:
-            return self.status, bytes(buf), False
+            return self._answer(bytes(buf)), False
         return None
+
+    def _answer(self, body: bytes) -> Answer:
+        return Answer(self.status, body, self._retry_after)
 
     def _read_head(self, head: str) -> None:
         status_line, *lines = head.split("\r\n")
@@ -261,6 +286,7 @@ class _ResponseReader:
                 raise BadResponse(f"malformed header line {line[:80]!r}")
             headers[name.strip().lower()] = value.strip()
         self.status = int(code)
+        self._retry_after = retry_after_seconds(headers.get("retry-after"))
         connection = headers.get("connection", "").lower()
         self._keep_alive = connection == "keep-alive" if version == "HTTP/1.0" else connection != "close"
         if headers.get("content-encoding", "identity").lower() != "identity":
@@ -274,6 +300,8 @@ class _ResponseReader:
                 self._length = int(headers["content-length"])
             except ValueError:
                 raise BadResponse(f"bad content-length {headers['content-length']!r}") from None
+            if self._length > MAX_BODY_BYTES:
+                raise _too_large()
         else:
             self._keep_alive = False
 
@@ -289,6 +317,8 @@ class _ResponseReader:
             except ValueError:
                 raise BadResponse("malformed chunk size") from None
             pos = line_end + 2
+            if len(body) + size > MAX_BODY_BYTES:
+                raise _too_large()
             if size == 0:
                 trailers_end = buf.find(b"\r\n", pos)
                 while trailers_end > pos:  # skip trailer lines up to the blank line
@@ -296,8 +326,26 @@ class _ResponseReader:
                     trailers_end = buf.find(b"\r\n", pos)
                 if trailers_end < 0:
                     return None
-                return self.status, bytes(body), self._keep_alive and trailers_end + 2 == len(buf)
+                return self._answer(bytes(body)), self._keep_alive and trailers_end + 2 == len(buf)
             if len(buf) < pos + size + 2:
                 return None
             body += buf[pos : pos + size]
             pos += size + 2
+
+
+def _too_large() -> TooLarge:
+    return TooLarge(f"the answer is longer than {MAX_BODY_BYTES // 1024} KiB, no user's reply; not read further")
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A `Retry-After` header's wait in seconds (it gives seconds or an HTTP date), None where absent or unreadable;
+    never below 0."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None

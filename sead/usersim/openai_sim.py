@@ -18,8 +18,8 @@ import orjson
 from sead.errors import SEADInputError
 from sead.scenario.profiles import Profile
 from sead.scenario.scenario import Scenario
-from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator
-from sead.usersim.http_client import KeepAliveClient
+from sead.usersim.base import Exchange, SimulatorError, UserReply, UserSimulator, check_settings
+from sead.usersim.http_client import KeepAliveClient, TooLarge
 
 HEALTH_TIMEOUT_S = 5.0
 ROUNDS_KEPT = 2048  # dialogues whose encoded rounds a simulator keeps: more than are in flight in one process
@@ -102,6 +102,7 @@ class OpenAIUserSimulator(UserSimulator):
             raise SEADInputError("needs at least one URL, e.g. [http://127.0.0.1:8000/v1]", field="usersim.base_urls")
         if not model:
             raise SEADInputError("the served model name is required", field="usersim.model")
+        check_settings(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, timeout=timeout)
         self.base_urls = [u.rstrip("/") for u in urls]
         self.model = model
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
@@ -129,12 +130,14 @@ class OpenAIUserSimulator(UserSimulator):
             data = await self._post(index, body)
         except TimeoutError as e:
             raise SimulatorError(f"user simulator at {url} failed: no answer within {self.timeout:g} s") from e
+        except TooLarge as e:
+            raise SimulatorError(f"user simulator at {url} failed: {e}") from e
         except OSError as e:  # refused, reset, unresolvable, TLS, or an answer that is not HTTP
             raise SimulatorError(
                 f"user simulator at {url} failed: connection failed: {str(e) or type(e).__name__}"
             ) from e
         except _HTTPError as e:
-            raise SimulatorError(f"user simulator at {url} failed: {e}") from e
+            raise SimulatorError(f"user simulator at {url} failed: {e}", retry_after=e.retry_after) from e
         choices = data.get("choices") if isinstance(data, dict) else None
         if not choices or not isinstance(choices[0], dict):
             raise SimulatorError(f"user simulator at {url} returned no choices")
@@ -153,9 +156,9 @@ class OpenAIUserSimulator(UserSimulator):
         )
 
     async def _post(self, index: int, body: bytes) -> dict:
-        status, raw = await self._clients[index].post_json("/chat/completions", body, self.timeout)
+        status, raw, retry_after = await self._clients[index].post_json("/chat/completions", body, self.timeout)
         if status >= 400:
-            raise _HTTPError(status, raw)
+            raise _HTTPError(status, raw, retry_after=retry_after)
         try:
             return orjson.loads(raw)
         except ValueError:  # orjson.JSONDecodeError is one
@@ -250,9 +253,11 @@ async def probe_endpoint(
 
 
 class _HTTPError(Exception):
-    """An error status (or an unreadable body) from the simulator, with the server's own message if it sent one."""
+    """An error status (or an unreadable body) from the simulator, with the server's own message if it sent one
+    and the wait it asked for (Retry-After)."""
 
-    def __init__(self, status: int, raw: bytes, problem: str | None = None):
+    def __init__(self, status: int, raw: bytes, problem: str | None = None, *, retry_after: float | None = None):
+        self.retry_after = retry_after
         detail = problem
         if detail is None:
             try:

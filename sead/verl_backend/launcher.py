@@ -32,25 +32,29 @@ class VerlSettings:
     # RayPPOTrainer, which verl's development branch makes the only one (there, true fails at start). SEAD's agent
     # loop reads everything it needs from its own rows, so it runs under either.
     use_v1: bool = True
-    nnodes: int = number(1, ge=1)  # machines in the Ray cluster
-    n_gpus_per_node: int = number(8, ge=1)  # training GPUs per node; GPUs serving the user simulator are not counted
-    usersim_gpus: list[int] = number(default_factory=list, ge=0)  # scripts/main.sh serves the user simulator here
+    nnodes: int = number(1, ge=1, le=10_000)  # machines in the Ray cluster
+    # training GPUs per node; GPUs serving the user simulator are not counted
+    n_gpus_per_node: int = number(8, ge=1, le=1024)
+    # scripts/main.sh serves the user simulator here
+    usersim_gpus: list[int] = number(default_factory=list, ge=0, le=1023)
     usersim_port: int = number(8000, ge=1, le=65535)  # the first user-simulator server's port (one per GPU)
     usersim_model: str = ""  # what scripts/main.sh serves there (becomes usersim.model)
     usersim_gpu_memory: float = number(0.85, gt=0, le=1)  # vLLM memory fraction of each user-simulator instance
     rollout_engine: str = one_of("vllm", "sglang")  # what generates the agent's turns in verl
-    tensor_parallel: int = number(1, ge=1)  # rollout tensor parallelism
+    tensor_parallel: int = number(1, ge=1, le=1024)  # rollout tensor parallelism
     gpu_memory_utilization: float = number(0.5, gt=0, le=1)  # the rollout engine's share of each training GPU
-    max_prompt_length: int = number(2048, ge=1)  # the SOP prompt must fit
-    max_response_length: int = number(9216, ge=1)  # everything after the prompt: all agent and user turns
-    micro_batch_per_gpu: int = number(1, ge=1)  # sequences per forward/backward (actor, reference, log-probs)
+    max_prompt_length: int = number(2048, ge=1, le=10_000_000)  # the SOP prompt must fit
+    # everything after the prompt: all agent and user turns
+    max_response_length: int = number(9216, ge=1, le=10_000_000)
+    # sequences per forward/backward (actor, reference, log-probs)
+    micro_batch_per_gpu: int = number(1, ge=1, le=65_536)
     use_dynamic_bsz: bool = True  # pack micro-batches by tokens (max_token_len_per_gpu) instead of by count
-    max_token_len_per_gpu: int = number(16384, ge=1)  # tokens per micro-batch with use_dynamic_bsz
+    max_token_len_per_gpu: int = number(16384, ge=1, le=100_000_000)  # tokens per micro-batch with use_dynamic_bsz
     param_offload: bool = False  # FSDP: keep the weights in CPU memory between uses
     optimizer_offload: bool = False  # FSDP: keep the optimiser state in CPU memory
     gradient_checkpointing: bool = True  # recompute activations in the backward pass: less memory, more time
-    agent_workers: int = number(8, ge=1)  # agent-loop Ray actors
-    reward_workers: int = number(2, ge=1)  # reward Ray actors (the rule-based reward is cheap)
+    agent_workers: int = number(8, ge=1, le=10_000)  # agent-loop Ray actors
+    reward_workers: int = number(2, ge=1, le=10_000)  # reward Ray actors (the rule-based reward is cheap)
     logger: list[str] = field(default_factory=lambda: ["console", "file"])  # verl's loggers (wandb, tensorboard too)
     overrides: list[str] = field(default_factory=list)  # raw verl Hydra overrides, appended last (so they win)
 

@@ -34,7 +34,7 @@ from sead.run.checkpoints import commit_checkpoint, new_checkpoint_dir
 from sead.run.fixed_profiles import fixed_profiles
 from sead.run.json_lines import read_json_lines
 from sead.run.layout import CheckpointFolder, RunLayout
-from sead.run.lock import run_dir_lock
+from sead.run.lock import run_dir_lock, run_dir_path
 from sead.run.metrics_log import MetricsLogger
 from sead.run.start import start_or_resume
 from sead.run.steps import finish_step, write_controller_state, write_validation_metrics
@@ -62,7 +62,7 @@ class VerlTrainer:
         self.controller = build_controller(cfg, self.scenario)
         self.plausibility = group_config(cfg, "controller").plausibility
         self.checked: dict[int, dict | None] = {}  # the plausibility pass's counts per step, for its metrics line
-        self.layout = RunLayout(Path(str(cfg.run_dir)).resolve())
+        self.layout = RunLayout(run_dir_path(cfg.run_dir))
         self.model_path, self.step = str(cfg.model.path), 0
         # identity only; the agent-loop workers build their own simulators
         start = start_or_resume(self.layout.path, cfg, environment_identity(build_usersim(cfg, self.scenario)))
@@ -208,5 +208,5 @@ def _read_verl_metrics(path: Path) -> dict[int, dict]:
 
 
 def train_with_verl(cfg: DictConfig, runner: VerlRunner = run_verl) -> Path:
-    with run_dir_lock(Path(str(cfg.run_dir)).resolve()):
+    with run_dir_lock(run_dir_path(cfg.run_dir)):
         return VerlTrainer(cfg, runner).run()
