@@ -48,7 +48,8 @@ def test_a_slow_machine_cuts_the_warmup_first_then_validation_never_rl_steps(dem
     assert slow.phases["RL steps"] == estimate(tc, runner, rates(50), PROMPT, 32, 16)["RL steps"]
     plan_line, cut = describe(slow, tc, 8)
     assert "3 RL steps of 8 dialogues" in plan_line and f"expected {slow.minutes:.0f} min" in plan_line
-    assert "warm-up dialogues 16 (of 32)" in cut and "validation profiles 8 (of 16)" in cut
+    assert f"warm-up dialogues {WARMUP_FLOOR} (of 32)" in cut
+    assert f"validation profiles {VALIDATION_FLOOR} (of 16)" in cut
     assert "RL steps are never cut" in cut
 
 

@@ -33,7 +33,7 @@ TRAIN_PROBE_TOKENS = 512  # training probe: the prompt's first tokens, the last 
 TURN_SHARE, TOKEN_SHARE, USER_TOKENS = 0.6, 0.8, 25
 REFERENCE_TURN_SHARE = 0.75  # the scripted reference agent's dialogues of the warm-up's max_turns
 WON_SHARE = 0.6  # the reference agent's dialogues won, which a warm-up imitates
-WARMUP_FLOOR, VALIDATION_FLOOR = 16, 8  # fewer teaches no format / says nothing about a change
+WARMUP_FLOOR, VALIDATION_FLOOR = 8, 8  # a warm-up of 8 dialogues (about 5 won) still teaches the format
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,14 @@ def probe(policy, model, prompt_ids: list[int]) -> MachineRates:
     prompt-long sequence. Leaves no gradient and no dialogue in the policy's turn cache."""
     short, long = PROBE_TOKENS
 
-    def sample(n: int) -> float:
+    def sample(n: int) -> float:  # the first call also builds or loads the decoding kernels: not timed
         reqs = [AgentRequest(prompt_ids, [], n, seed=i) for i in range(PROBE_ROWS)]
         t0 = time.perf_counter()
         policy.sample(reqs)
         return time.perf_counter() - t0
 
+    sample(1)
+    policy.release()  # the prompt's keys and values are computed again, inside the timed call
     first = sample(short)
     step_s = sample(long) / long
     policy.release()
@@ -115,9 +117,10 @@ def estimate(tc: TrainerConfig, runner, rates: MachineRates, prompt: int, warmup
     if steps:
         n = tc.profiles_per_step * tc.rollouts_per_profile
         rollouts = decode_seconds(rates, n, **dialogue)
-        length = prompt / tc.update.micro_batch + TURN_SHARE * runner.max_turns * turn_tokens
+        # the prompt runs once per mini-batch of the update (`SharedContext`), each dialogue's own turns once
+        tokens = tc.update.mini_batches * prompt + n * TURN_SHARE * runner.max_turns * turn_tokens
         passes = 1 + (1 / 3 if tc.update.kl_coef else 0)  # the reference's forward: a third of forward + backward
-        phases["RL steps"] = steps * (rollouts + n * length * rates.train_s * passes)
+        phases["RL steps"] = steps * (rollouts + tokens * rates.train_s * passes)
     phases["validation"] = validations * one_validation
     return phases
 
