@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -239,3 +240,44 @@ def test_a_model_with_64_wide_heads_decodes_through_the_kernel_no_further_from_f
     assert len(calls) == (4 * cfg.layers if op is not None else 0)
     for r, a, b in zip(ref, with_kernel, without):
         assert (a - r).abs().max() <= 1.5 * (b - r).abs().max() + 1e-3
+
+
+def test_prebuild_compiles_a_dtypes_kernels_once_beside_other_work(tmp_path, monkeypatch):
+    """`prebuild` starts one build per kernel of the dtype, in the background; a first use while one runs waits
+    for it and builds nothing more; nothing starts where kernels are off or the CPU lacks their instructions."""
+    import threading
+
+    monkeypatch.setenv("SEAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(decode_kernel, "_PREBUILDS", {})
+    monkeypatch.setattr(decode_kernel, "cpu_supports", lambda isa="avx512_bf16": isa == "avx2")
+    release, builds = threading.Event(), []
+
+    def slow_build(name, target):  # writes a library file that is intact (its digest matches) but does not load
+        builds.append(name)
+        release.wait(10)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"not a library")
+        decode_kernel._digest_file(target).write_text(decode_kernel._digest(target))
+
+    monkeypatch.setattr(decode_kernel, "_build", slow_build)
+    decode_kernel.prebuild("bfloat16")  # this CPU "lacks" AVX512-BF16: nothing to build
+    assert decode_kernel._PREBUILDS == {}
+    decode_kernel.prebuild("float32")
+    wanted = sorted(n for n, (_, isa) in decode_kernel.KERNELS.items() if isa == "avx2")
+    assert sorted(decode_kernel._PREBUILDS) == wanted
+    decode_kernel.prebuild("float32")  # asked again while they run: no second build
+    first_use = threading.Thread(target=decode_kernel._load, args=(wanted[0],))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fake library does not load: the operators' path, with a warning
+        first_use.start()
+        first_use.join(0.5)
+        assert first_use.is_alive()  # it waits for the background build
+        release.set()
+        first_use.join(10)
+        for build in decode_kernel._PREBUILDS.values():
+            build.join(10)
+    assert not first_use.is_alive() and sorted(builds) == wanted  # each compiled once
+    monkeypatch.setenv("SEAD_DECODE_KERNEL", "0")
+    monkeypatch.setattr(decode_kernel, "_PREBUILDS", {})
+    decode_kernel.prebuild("float32")
+    assert decode_kernel._PREBUILDS == {}

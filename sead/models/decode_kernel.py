@@ -32,12 +32,14 @@ off.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -62,6 +64,8 @@ KERNELS = {  # name -> (what for, instruction set)
     "small_rows_linear_fp32": ("fp32 small-rows linear", "avx2"),
     "decode_layers_fp32": ("fused fp32 decoding step", "avx2"),
 }
+ISA_OF_DTYPE = {"bfloat16": "avx512_bf16", "float32": "avx2"}  # the kernels that serve a compute dtype
+_PREBUILDS: dict[str, threading.Thread] = {}  # name -> its background build (`prebuild`)
 OPERATOR = {"causal_attention": "causal_attention_forward"}  # the operator a library is known by, where not its name
 ENV = "SEAD_DECODE_KERNEL"
 BUILD_TIMEOUT_S = 300  # a compiler that hangs must not hang the run: past this, torch's operators
@@ -152,8 +156,37 @@ def build_all() -> dict[str, bool]:
 def usable_for(dtype: str) -> dict[str, bool]:
     """The kernels that serve `dtype` work (bf16: the AVX512-BF16 ones; float32: the AVX2 ones), name -> usable
     here, each built now where it was not yet."""
-    isa = {"bfloat16": "avx512_bf16", "float32": "avx2"}.get(dtype)
+    isa = ISA_OF_DTYPE.get(dtype)
     return {name: kernel(name) is not None for name, (_, needs) in KERNELS.items() if needs == isa}
+
+
+def prebuild(dtype: str) -> None:
+    """Compile the kernels that serve `dtype` work in background threads, one per kernel: the compiler is a
+    subprocess, so the builds run beside the model's loading and conversion instead of before the first dialogue.
+    A kernel's first use waits for its build rather than starting another; a build that fails is tried again
+    there, and warns there."""
+    isa = ISA_OF_DTYPE.get(dtype)
+    if os.environ.get(ENV, "1") == "0" or isa is None or not cpu_supports(isa):
+        return
+    for name, (_, needs) in KERNELS.items():
+        target = _target(name)
+        if needs == isa and name not in _PREBUILDS and _registered(name) is None and not _intact(target):
+            _PREBUILDS[name] = threading.Thread(target=_try_build, args=(name, target), daemon=True)
+            _PREBUILDS[name].start()
+
+
+def _try_build(name: str, target: Path) -> None:
+    with contextlib.suppress(Exception):  # the first use builds again and says why it could not
+        _announce(name, target)
+        _build(name, target)
+
+
+def _announce(name: str, target: Path) -> None:
+    print(f"[sead] building the {KERNELS[name][0]} kernel in {target.parent} (once, ~15 s)", file=sys.stderr)
+
+
+def _target(name: str) -> Path:
+    return cache_root() / f"{name}-{build_key(name)}.so"
 
 
 def single_query_attention():
@@ -218,10 +251,12 @@ def _load(name: str):
         return None
     if (op := _registered(name)) is not None:
         return op
-    target = cache_root() / f"{name}-{build_key(name)}.so"
+    if (building := _PREBUILDS.get(name)) is not None:
+        building.join()
+    target = _target(name)
     try:
         if not _intact(target):
-            print(f"[sead] building the {KERNELS[name][0]} kernel in {target.parent} (once, ~15 s)", file=sys.stderr)
+            _announce(name, target)
             _build(name, target)
         torch.ops.load_library(str(target))
         return _operator(name)

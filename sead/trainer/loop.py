@@ -16,6 +16,7 @@ from sead.controller.plausibility import check_endpoint
 from sead.dialogue import ChatTokens, RolloutLog, run_batch
 from sead.dialogue.response_cache import ResponseCache
 from sead.hack_monitor import HackMonitor
+from sead.models import decode_kernel
 from sead.models.loading import ModelConfig, load_model
 from sead.models.precision import Precision, RolloutWeights
 from sead.policy.hf import HFPolicy
@@ -71,6 +72,7 @@ class Trainer(StepPlays):
         self.layout = RunLayout(run_dir_path(cfg.run_dir))
         start = start_or_resume(self.layout.path, cfg, environment_identity(self.user))
         console.print(f"run directory: {self.layout.path}")
+        decode_kernel.prebuild(self.precision.compute)  # beside the models' loading and conversion
         self.model, self.ref, self.tokenizer, label = build_models(
             self.model_cfg, self.tc, start.checkpoint, self.layout.warmup.model, self.precision.master
         )

@@ -31,6 +31,7 @@ TRAIN_PROBE_TOKENS = 512  # training probe: the prompt's first tokens, the last 
 # A dialogue as a share of its limits, from the CPU demo's own dialogues (SmolLM2-135M after its warm-up, scripted
 # user): turns played of dialogue.max_turns, tokens written of max_new_tokens, and the user's words per turn.
 TURN_SHARE, TOKEN_SHARE, USER_TOKENS = 0.6, 0.8, 25
+REFILL_SHARE = 0.5
 REFERENCE_TURN_SHARE = 0.75  # the scripted reference agent's dialogues of the warm-up's max_turns
 WON_SHARE = 0.6  # the reference agent's dialogues won, which a warm-up imitates
 WARMUP_FLOOR, VALIDATION_FLOOR = 8, 8  # a warm-up of 8 dialogues (about 5 won) still teaches the format
@@ -116,7 +117,10 @@ def estimate(tc: TrainerConfig, runner, rates: MachineRates, prompt: int, warmup
     steps = tc.iterations * tc.steps_per_iteration
     if steps:
         n = tc.profiles_per_step * tc.rollouts_per_profile
-        rollouts = decode_seconds(rates, n, **dialogue)
+        # dynamic sampling plays a refill round where a step's groups all scored alike: about every other step in
+        # the CPU demo's runs
+        refills = REFILL_SHARE * tc.update.refill_rounds if tc.update.dynamic_sampling else 0
+        rollouts = (1 + refills) * decode_seconds(rates, n, **dialogue)
         # the prompt runs once per mini-batch of the update (`SharedContext`), each dialogue's own turns once
         tokens = tc.update.mini_batches * prompt + n * TURN_SHARE * runner.max_turns * turn_tokens
         passes = 1 + (1 / 3 if tc.update.kl_coef else 0)  # the reference's forward: a third of forward + backward
