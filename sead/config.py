@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sead.errors import SEADInputError, read_user_text
+from sead.yaml_loading import UniqueKeyLoader
 
 SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the checkout's, beside the package
 
@@ -68,7 +69,7 @@ def check_yaml_file(path: Path) -> None:
     """Raise SEADInputError naming `path` and the line where it is not UTF-8 text or not YAML."""
     text = read_user_text(path, "config file")
     try:
-        yaml.safe_load(text)
+        yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]

@@ -310,6 +310,25 @@ def test_a_yaml_syntax_error_in_a_scenario_file_names_file_and_line(tmp_path, ca
     assert code == 2 and "mine.yaml:" in out and "not valid YAML" in out
 
 
+def test_a_key_given_twice_in_a_scenario_file_names_file_and_line(tmp_path, capsys, scenario_file):
+    choose = scenario_file()
+    path = tmp_path / "configs" / "scenario" / "mine.yaml"
+    text = path.read_text()
+    first = next(line for line in text.splitlines() if line and not line.startswith((" ", "#", "-")))
+    path.write_text(text + first + "\n")  # a top-level key again, as a careless edit leaves it
+    code, out = sead(capsys, "scenario", "check", choose)
+    assert code == 2 and "mine.yaml:" in out and "appears twice" in out
+
+
+@pytest.mark.parametrize("emptied", ["", "seed: 1\n"])
+def test_a_runs_config_emptied_or_cut_short_is_refused_on_resume(tmp_path, capsys, emptied):
+    from sead.run.layout import RunLayout
+    from sead.trainer.loop import train
+
+    run = train(load_config(["preset=tiny", "trainer.iterations=1", f"run_dir={tmp_path / 'run'}"]))
+    RunLayout(run).config.write_text(emptied)
+    code, out = sead(capsys, "train", "preset=tiny", f"run_dir={run}", "resume=true")
+    assert code == 2 and "config.yaml" in out and ("lacks" in out or "cannot read" in out) and "restore it" in out
 @pytest.mark.parametrize("command", ["profiles", "testset"])
 def test_json_nested_too_deeply_is_refused_naming_the_file(tmp_path, capsys, command):
     bad = tmp_path / "deep.jsonl"

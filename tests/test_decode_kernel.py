@@ -250,6 +250,7 @@ def test_prebuild_compiles_a_dtypes_kernels_once_beside_other_work(tmp_path, mon
     monkeypatch.setenv("SEAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(decode_kernel, "_PREBUILDS", {})
     monkeypatch.setattr(decode_kernel, "cpu_supports", lambda isa="avx512_bf16": isa == "avx2")
+    monkeypatch.setattr(decode_kernel, "_registered", lambda name: None)  # as in a process that loaded none yet
     release, builds = threading.Event(), []
 
     def slow_build(name, target):  # writes a library file that is intact (its digest matches) but does not load

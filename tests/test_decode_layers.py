@@ -24,7 +24,7 @@ from sead.policy.turn_cache import BatchCache
 @pytest.fixture(scope="module")
 def op():
     found = decode_kernel.decode_layers()
-    assert (found is not None) == decode_kernel.cpu_supports(), "offered exactly where the CPU runs it"
+    assert (found is not None) == decode_kernel.offered(), "offered exactly where the CPU runs it"
     return found
 
 
@@ -93,7 +93,7 @@ def test_a_fused_step_is_as_close_to_fp32_as_the_operators(models, counted, monk
     exact, exact_cache = run(reference, rows, with_prefix, True, monkeypatch)
     counted.clear()
     fused, fused_cache = run(model, rows, with_prefix, True, monkeypatch, prefix_by_matmul=prefix == "by matmuls")
-    assert counted == ([rows] if decode_kernel.cpu_supports() else [])
+    assert counted == ([rows] if decode_kernel.offered() else [])
     ops, ops_cache = run(model, rows, with_prefix, False, monkeypatch)
     assert len(counted) <= 1  # nothing more with the fused step off
     assert (fused - exact).abs().max() <= 1.5 * (ops - exact).abs().max() + 1e-3
@@ -138,7 +138,7 @@ def test_sampled_log_probs_match_an_fp32_scoring_of_the_dialogue(models, counted
             decode_step.USE_FUSED = True
 
     fused = worst_gap(True)
-    assert len(counted) == (3 * 5 if decode_kernel.cpu_supports() else 0)  # 6 tokens a turn: 5 decoding steps
+    assert len(counted) == (3 * 5 if decode_kernel.offered() else 0)  # 6 tokens a turn: 5 decoding steps
     assert fused <= 1.5 * worst_gap(False) + 0.02
 
 

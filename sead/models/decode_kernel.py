@@ -88,6 +88,11 @@ def cpu_supports(isa: str = "avx512_bf16") -> bool:
     return set(ISAS[isa][1]) <= cpu_flags()
 
 
+def offered(isa: str = "avx512_bf16") -> bool:
+    """The kernels of `isa` are offered here: not switched off (`SEAD_DECODE_KERNEL=0`) and the CPU runs them."""
+    return os.environ.get(ENV, "1") != "0" and cpu_supports(isa)
+
+
 def compile_command(name: str, output: Path) -> list[str]:
     """The compiler call that builds kernel `name` into `output`. OpenMP as torch's own (`at::parallel_for` then runs
     on torch's thread team): the library's `libgomp.so.1` is torch's, already loaded in the process."""
@@ -166,7 +171,7 @@ def prebuild(dtype: str) -> None:
     A kernel's first use waits for its build rather than starting another; a build that fails is tried again
     there, and warns there."""
     isa = ISA_OF_DTYPE.get(dtype)
-    if os.environ.get(ENV, "1") == "0" or isa is None or not cpu_supports(isa):
+    if isa is None or not offered(isa):
         return
     for name, (_, needs) in KERNELS.items():
         target = _target(name)
@@ -247,7 +252,7 @@ def _registered(name: str):
 
 
 def _load(name: str):
-    if os.environ.get(ENV, "1") == "0" or not cpu_supports(KERNELS[name][1]):
+    if not offered(KERNELS[name][1]):
         return None
     if (op := _registered(name)) is not None:
         return op

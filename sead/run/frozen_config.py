@@ -135,6 +135,10 @@ def with_saved_settings(cfg: DictConfig, defaults: DictConfig, overrides: Sequen
     if not saved_path.is_file():
         return cfg  # no run here: start_or_resume says so
     saved = read_saved_config(saved_path)
+    if missing := [k for k in defaults if k not in saved]:  # emptied, cut short or edited by hand
+        raise SEADInputError(
+            f"the run's config lacks {', '.join(missing)}; restore it, or start a new run", path=saved_path
+        )
     new = OmegaConf.to_container(cfg)
     named = [o.lstrip("+~").split("=", 1)[0] for o in overrides]
     flat_new = _flatten(new)

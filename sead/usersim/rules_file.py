@@ -4,7 +4,7 @@ concern only; every problem names the file and the field."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from dataclasses import fields
 from pathlib import Path
 from typing import NoReturn
@@ -14,6 +14,7 @@ import yaml
 from sead.errors import SEADInputError, read_user_text
 from sead.usersim.rules import ConcernRules, Dynamics, Rules, StageRules
 from sead.usersim.visible_text import normalise, says
+from sead.yaml_loading import UniqueKeyLoader
 
 TOP_KEYS = (
     "stages",
@@ -47,7 +48,7 @@ def load_rules(path: str | Path, stages: Iterable[str], categories: Iterable[str
     path = Path(path)
     text = read_user_text(path, "rules file")
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise SEADInputError(
@@ -130,21 +131,6 @@ def load_rules(path: str | Path, stages: Iterable[str], categories: Iterable[str
     )
     r.lands_its_own(rules)
     return rules
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """Safe YAML that refuses a key given twice in one mapping, where plain YAML silently keeps the last."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, Hashable):
-                continue  # SafeLoader itself refuses unhashable keys, with its own message
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
 
 
 class _Reader:
