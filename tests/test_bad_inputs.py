@@ -329,6 +329,8 @@ def test_a_runs_config_emptied_or_cut_short_is_refused_on_resume(tmp_path, capsy
     RunLayout(run).config.write_text(emptied)
     code, out = sead(capsys, "train", "preset=tiny", f"run_dir={run}", "resume=true")
     assert code == 2 and "config.yaml" in out and ("lacks" in out or "cannot read" in out) and "restore it" in out
+
+
 @pytest.mark.parametrize("command", ["profiles", "testset"])
 def test_json_nested_too_deeply_is_refused_naming_the_file(tmp_path, capsys, command):
     bad = tmp_path / "deep.jsonl"
