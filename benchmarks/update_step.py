@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
         best = float("inf")
         for _ in range(args.repeats):  # each repeat from the same weights and optimiser state
             model = copy.deepcopy(master)
-            updater = cls(model, None, update, temperature=1.0, autocast=precision.autocast)
+            updater = cls(model, None, update, temperature=1.0, forward_context=precision.autocast)
             stepped = {}  # the gradient the optimiser steps on (the update lets it go after the step)
             updater.opt.register_step_pre_hook(lambda *_, m=model, g=stepped: g.update(grad=flat(m, "grad")))
             before = resource.getrusage(resource.RUSAGE_SELF)

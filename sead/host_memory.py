@@ -14,6 +14,9 @@ defaults (the most in a process's first update). Two settings cut that:
   is freed there instead of returning it to the system, so the next micro-batch reuses pages already faulted in.
   By default glibc maps each large allocation afresh and raises that limit only as it sees frees. The resident
   size then stays near the update's peak between updates. No-op off glibc.
+- `give_back()` (the trainer, where a phase ends: rollouts, the warm-up, an update): what the phase freed goes back
+  to the system, so the next phase's peak does not stand on the last one's (the demo's peak resident memory, with
+  the reference built after the warm-up: 4.1 GiB without, see docs/performance.md).
 """
 
 from __future__ import annotations
@@ -33,13 +36,24 @@ def prefer_huge_pages() -> None:
 
 
 @functools.cache
-def keep_freed_memory() -> bool:
-    """True where glibc took the settings (once per process)."""
+def _libc():
     name = ctypes.util.find_library("c")
     try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt), or no C library to load
-        mallopt = None
+        return ctypes.CDLL(name) if name else None
+    except OSError:  # no C library to load
+        return None
+
+
+def give_back() -> bool:
+    """Return the heap's free pages to the system (glibc's `malloc_trim`); False where there is no such call."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    return bool(trim(0)) if trim is not None else False
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """True where glibc took the settings (once per process)."""
+    mallopt = getattr(_libc(), "mallopt", None)  # None off glibc (musl has no mallopt)
     if mallopt is None:
         return False
     kept = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1

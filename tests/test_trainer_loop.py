@@ -550,3 +550,11 @@ def test_weight_ema_validates_and_checkpoints_the_average_and_resumes_exactly(tm
 def test_weight_ema_needs_full_weights_and_the_embedded_trainer():
     with pytest.raises(SEADInputError, match="trainer.weight_ema"):
         train(load_config([*TINY, "trainer.weight_ema=0.9", "trainer.lora.enabled=true"]))
+
+
+def test_a_short_warmup_reports_the_nll_of_its_first_and_last_steps_apart():
+    """The warm-up's NLL line averages five optimiser steps at each end, or half of a shorter run each: a demo's
+    four steps once printed one mean twice, as if nothing had been learnt."""
+    from sead.trainer.warmup import _ends
+
+    assert [_ends(n) for n in (1, 2, 4, 9, 10, 40)] == [1, 1, 2, 4, 5, 5]

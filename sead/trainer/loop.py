@@ -40,8 +40,9 @@ from sead.run.steps import (
 from sead.run.validation_table import changes, user_side, validated_at, validation_table, with_ci
 from sead.trainer.budget import TrainingBudget
 from sead.trainer.checkpoint import load_training_state, save_checkpoint
-from sead.trainer.models import build_models
+from sead.trainer.models import build_models, frozen_copy
 from sead.trainer.plan import fit_config, probe
+from sead.trainer.recompute import training_forward
 from sead.trainer.rollouts import StepPlays
 from sead.trainer.schema import TrainerConfig
 from sead.trainer.step_line import fmt, step_line
@@ -81,7 +82,7 @@ class Trainer(StepPlays):
             self.ref,
             self.tc.update,
             temperature=self.tc.sampling.temperature,
-            autocast=self.precision.autocast,
+            forward_context=self._training_forward,
         )
         # rollouts and validation sample from a compute-precision copy when training keeps fp32 master weights
         self.rollout_model = RolloutWeights(self.model, self.precision)
@@ -127,9 +128,14 @@ class Trainer(StepPlays):
         run would not fit; the run's config.yaml then holds what it runs, so a resume goes on with the same."""
         sop = self.scenario.agent_system_prompt()
         prompt = list(ChatTokens(self.tokenizer, sop, self.runner_cfg.sop_role).prompt_ids)
-        if fit_config(self.cfg, self.runner_cfg, probe(self.policy, self.model, prompt), len(prompt), console.print):
+        rates = probe(self.policy, self.model, prompt, self._training_forward)
+        if fit_config(self.cfg, self.runner_cfg, rates, len(prompt), console.print):
             write_start_config(self.layout.path, self.cfg, environment_identity(self.user))
             self.tc = group_config(self.cfg, "trainer")
+
+    def _training_forward(self):
+        """The context of every training forward of the policy (`training_forward`)."""
+        return training_forward(self.model, self.precision.autocast, self.tc.recompute_activations)
 
     def _hf_policy(self, model, sampling) -> HFPolicy:
         return HFPolicy(
@@ -190,12 +196,15 @@ class Trainer(StepPlays):
             )
         if isinstance(policy, HFPolicy):  # finished dialogues and stale packed weights would only hold memory
             policy.release()
+            host_memory.give_back()
         progress.remove_task(task)
         return episodes
 
     async def _warm_up(self, progress) -> None:
         """Supervised warm-up on the reference agent's dialogues (or an earlier run's), before the first RL step."""
         wc = self.tc.warmup
+        kl = self.ref is not None
+        self.ref = self.updater.ref = None  # the reference is the warmed-up model: none is held while it trains
         if wc.reuse:
             summary = compute.run(
                 reuse_warmup, wc.reuse, model=self.model, model_cfg=self.model_cfg, lora_enabled=self.tc.lora.enabled
@@ -210,16 +219,17 @@ class Trainer(StepPlays):
                 runner_cfg=self.runner_cfg,
                 out=self.layout.warmup,
                 progress=progress,
-                autocast=self.precision.autocast,
+                forward_context=self._training_forward,
             )
         compute.run(save_warmup, self.layout.warmup, summary, self.model, self.tokenizer)
-        if self.ref is not None:  # KL keeps RL near the warmed-up model, not the format-less base
-            compute.run(self.ref.load_state_dict, self.model.state_dict())
+        if kl:  # KL keeps RL near the warmed-up model, not the format-less base
+            self.ref = self.updater.ref = compute.run(frozen_copy, self.model)
+        host_memory.give_back()  # the warm-up's optimiser state and the base reference
         reused = f" (reused from {summary['reused_from']})" if wc.reuse else ""
         console.print(
             f"warm-up{reused}: imitated {summary['imitated']}/{summary['dialogues']} reference "
-            f"dialogues (reference CR {fmt(summary['reference_CR'])}); NLL {summary['nll_first']} "
-            f"-> {summary['nll_last']}"
+            f"dialogues (reference CR {fmt(summary['reference_CR'])}); NLL {fmt(summary['nll_first'])} "
+            f"-> {fmt(summary['nll_last'])}"
         )
         self.budget.add_warmup(summary["minutes"])  # a reused warm-up counts as it did in its run
 

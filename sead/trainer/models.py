@@ -22,8 +22,18 @@ def build_models(model_cfg: ModelConfig, tc: TrainerConfig, resume: Path | None,
     if tc.lora.enabled:
         return lora.wrap(ref_model, tc.lora, checkpoint.adapter if checkpoint else None), None, tokenizer, label
     model = load_model(model_cfg.at(policy_weights(checkpoint)), master)[0] if checkpoint else copy.deepcopy(ref_model)
-    ref = ref_model.eval().requires_grad_(False) if tc.update.kl_coef else None
+    ref = frozen(ref_model) if tc.update.kl_coef else None
     return model, ref, tokenizer, label
+
+
+def frozen(model):
+    """`model` as the KL reference: evaluation mode, no gradient."""
+    return model.eval().requires_grad_(False)
+
+
+def frozen_copy(model):
+    """A KL reference with `model`'s weights as they are now."""
+    return frozen(copy.deepcopy(model))
 
 
 def policy_weights(checkpoint: CheckpointFolder) -> Path:

@@ -11,6 +11,7 @@ as good as those shares are for the model and scenario at hand (for the CPU demo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -56,9 +57,10 @@ class Plan:
         return sum(self.phases.values()) / 60
 
 
-def probe(policy, model, prompt_ids: list[int]) -> MachineRates:
+def probe(policy, model, prompt_ids: list[int], forward_context=contextlib.nullcontext) -> MachineRates:
     """Time `policy` decoding PROBE_ROWS rows after `prompt_ids`, and `model`'s forward and backward over a
-    prompt-long sequence. Leaves no gradient and no dialogue in the policy's turn cache."""
+    prompt-long sequence (inside `forward_context`, as the trainer's forwards run). Leaves no gradient and no
+    dialogue in the policy's turn cache."""
     short, long = PROBE_TOKENS
 
     def sample(n: int) -> float:  # the first call also builds or loads the decoding kernels: not timed
@@ -77,7 +79,8 @@ def probe(policy, model, prompt_ids: list[int]) -> MachineRates:
     mask = torch.zeros_like(ids)
     mask[-len(ids) // 4 :] = 1
     t0 = time.perf_counter()
-    scored = masked_logprobs(model, [Sequence(ids, mask, 0.0)], 1.0, share_prefix=False)
+    with forward_context():
+        scored = masked_logprobs(model, [Sequence(ids, mask, 0.0)], 1.0, share_prefix=False)
     scored.logps[0].sum().backward()
     train_s = (time.perf_counter() - t0) / len(ids)
     model.zero_grad(set_to_none=True)

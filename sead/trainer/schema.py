@@ -166,6 +166,9 @@ class TrainerConfig:
     max_batch: int = number(64, ge=1, le=65_536)  # dialogues' rows per batched generation call
     turn_cache_mb: float = number(4096, ge=0, le=1e7)  # memory for dialogues' keys/values kept between turns (0 = off)
     cuda_graph: bool = True  # on a GPU, each generation call's decoding steps replayed as one CUDA graph
+    # training forwards keep each decoder layer's input only and recompute the rest in the backward pass
+    # (sead/trainer/recompute.py): one more forward for a fraction of the activations' memory
+    recompute_activations: bool = False
     # training-time budget (warm-up + RL steps, not validation); once one RL step has been timed, none is started
     # that would overrun it; None = off
     max_minutes: float | None = number(None, gt=0, le=1e6)

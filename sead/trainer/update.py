@@ -20,12 +20,15 @@ from sead.trainer.scoring import SharedContext, masked_logprobs
 
 
 class Updater:
-    def __init__(self, model, ref_model, cfg: UpdateConfig, *, temperature: float, autocast=contextlib.nullcontext):
+    def __init__(
+        self, model, ref_model, cfg: UpdateConfig, *, temperature: float, forward_context=contextlib.nullcontext
+    ):
         """`temperature` is the one the rollouts were sampled at (`trainer.sampling.temperature`): log-probs are
-        taken under the distribution the tokens were drawn from, so it is passed in, never set twice. `autocast`:
-        a context the forwards run in (`Precision.autocast`: bf16 matmuls over fp32 master weights)."""
+        taken under the distribution the tokens were drawn from, so it is passed in, never set twice.
+        `forward_context`: the context the forwards run in (the trainer's: `Precision.autocast`, bf16 matmuls over
+        fp32 master weights, and activation recomputation where `trainer.recompute_activations` is set)."""
         self.model, self.ref, self.cfg, self.temperature = model, ref_model, cfg, temperature
-        self.autocast = autocast
+        self.forward_context = forward_context
         self.estimator = ESTIMATORS[cfg.estimator](cfg, model)
         params = [p for p in model.parameters() if p.requires_grad]
         if self.estimator.critic is not None:
@@ -47,21 +50,21 @@ class Updater:
         advantages."""
         self.model.eval()
         # each network's share of the SOP prompt once for the pass, as in the update
-        with self.autocast():
+        with self.forward_context():
             context = SharedContext.of(self.model, seqs) if self._needs_old_pass else None
         if self._uses_kl:
             ref, ref_scope = self._reference()
-            with ref_scope(), self.autocast():
+            with ref_scope(), self.forward_context():
                 ref_context = SharedContext.of(ref, seqs)
         for mb in self._batches(seqs):
             if self._needs_old_pass:
-                with self.autocast():
+                with self.forward_context():
                     scored = masked_logprobs(self.model, mb, self.temperature, context=context)
                 for s, lp, h in zip(mb, scored.logps, scored.hidden):
                     s.old_logp = lp.detach()
                     self.estimator.observe(s, h)
             if self._uses_kl:
-                with ref_scope(), self.autocast():
+                with ref_scope(), self.forward_context():
                     ref_logps = masked_logprobs(ref, mb, self.temperature, context=ref_context).logps
                 for s, lp in zip(mb, ref_logps):
                     s.ref_logp = lp.detach()
@@ -91,7 +94,7 @@ class Updater:
         anchor's agent tokens at temperature 1 (as the warm-up trained them). Returns that NLL."""
         total, nll = sum(int(s.mask.sum()) for s in anchor), 0.0
         for mb in self._batches(anchor):
-            with self.autocast():
+            with self.forward_context():
                 part = -torch.cat(masked_logprobs(self.model, mb, temperature=1.0).logps).sum()
             if not math.isfinite(float(part.detach())):
                 raise _non_finite("the imitation anchor's loss", self.cfg, self.temperature)
@@ -144,10 +147,10 @@ class Updater:
         for part in (p for _ in range(cfg.ppo_epochs) for p in parts):
             self.opt.zero_grad(set_to_none=True)
             part_tokens = widen * int(sum(int(s.mask.sum()) for s in part))
-            with self.autocast():
+            with self.forward_context():
                 context = SharedContext.of(self.model, part)  # the SOP prompt: once per part, not per micro-batch
             for mb in self._batches(part):
-                with self.autocast():
+                with self.forward_context():
                     logps, ents, hidden = masked_logprobs(
                         self.model,
                         mb,

@@ -45,10 +45,10 @@ async def warmup(
     runner_cfg: RunnerConfig,
     out: WarmupFolder,
     progress,
-    autocast=contextlib.nullcontext,
+    forward_context=contextlib.nullcontext,
 ) -> dict:
     """Play the reference agent against `user`, log its dialogues to `out`, then fine-tune `model` on its turns
-    (forwards inside `autocast`, see `Precision.autocast`). Returns summary numbers."""
+    (forwards inside `forward_context`, see `Updater`). Returns summary numbers."""
     started = time.perf_counter()
     agent = ReferenceAgent(scenario, tokenizer)
     # Their own seeded draws: the controller's stay those of the RL run.
@@ -88,9 +88,10 @@ async def warmup(
             "stopped_by_time": trained < epochs * len(seqs),
             "minutes": (time.perf_counter() - started) / 60,
             "reference_CR": sum(e.success for e in played) / len(played) if played else None,
-            # means of the first and last (up to) five optimiser steps: one dialogue's loss alone is noisy
-            "nll_first": _mean(losses[:5]),
-            "nll_last": _mean(losses[-5:]),
+            # means of the first and last (up to) five optimiser steps, never the same ones: one dialogue's loss
+            # alone is noisy
+            "nll_first": _mean(losses[: _ends(len(losses))]),
+            "nll_last": _mean(losses[len(losses) - _ends(len(losses)) :]),
         }
 
     def keep_epoch(epoch: int, losses: list[float], trained: int) -> None:
@@ -106,7 +107,7 @@ async def warmup(
         seqs,
         cfg,
         deadline=deadline,
-        autocast=autocast,
+        forward_context=forward_context,
         advance=lambda: progress.advance(task),
         on_epoch=keep_epoch if cfg.keep_epochs else None,
     )
@@ -155,7 +156,7 @@ def anchor_draw(pool: list[list[Sequence]] | None, run_seed: int, step: int, n: 
 
 
 def _imitate(
-    model, seqs: list[Sequence], cfg: WarmupConfig, *, deadline, autocast, advance, on_epoch=None
+    model, seqs: list[Sequence], cfg: WarmupConfig, *, deadline, forward_context, advance, on_epoch=None
 ) -> tuple[list, int]:
     """Fine-tune `model` on `seqs`, one optimiser step per micro-batch until `deadline` (perf_counter seconds, or
     None); `on_epoch(epoch, losses, trained)` after each whole epoch but the last. Returns the losses and the
@@ -171,7 +172,7 @@ def _imitate(
                 break
             batch = seqs[i : i + cfg.micro_batch]
             opt.zero_grad(set_to_none=True)  # before the forward: the last step's gradients would sit beside it
-            with autocast():
+            with forward_context():
                 logps = masked_logprobs(model, batch, temperature=1.0).logps
             loss = -torch.cat(logps).mean()
             loss.backward()
@@ -182,6 +183,7 @@ def _imitate(
             advance()
         if on_epoch is not None and epoch < cfg.epochs and trained == epoch * len(seqs):
             on_epoch(epoch, losses, trained)
+    opt.zero_grad(set_to_none=True)  # the last step's gradients: as large as the weights
     return losses, trained
 
 
@@ -216,6 +218,11 @@ def save_warmup(out: WarmupFolder, summary: dict, model, tokenizer) -> None:
     out.summary.write_text(json.dumps(summary, indent=2))
     model.save_pretrained(out.model)
     tokenizer.save_pretrained(out.model)
+
+
+def _ends(n: int) -> int:
+    """How many optimiser steps each end of the warm-up's loss curve averages: five, or half of a shorter curve."""
+    return min(5, max(1, n // 2))
 
 
 def _mean(xs: list[float]) -> float | None:
