@@ -202,9 +202,10 @@ def test_top_level_keys_are_checked_too(override, field, message):
     [
         ("+trainer.update.temperature=1.0", "set trainer.sampling.temperature"),
         ("+controller.update_every=3", "set trainer.steps_per_iteration"),
+        ("+controller.concern_focus=2", "behaviours are drawn uniformly"),
     ],
 )
-def test_a_derived_setting_says_where_its_value_comes_from_now(override, hint):
+def test_a_retired_setting_says_why(override, hint):
     with pytest.raises(SEADInputError) as e:
         check_config(load_config([override]))
     key = override[1:].split("=")[0]
