@@ -111,11 +111,12 @@ class Domain:
         ]
 
     def describe(self) -> str:
-        """What the field takes, as the error says it: `one of a, b`, `>= 0 and < 1` or `>= 0.01 and <= 10 (or 0)`."""
+        """What the field takes, as the error says it: `one of a, b`, `>= 0 and < 1` or `>= 0.01 and <= 10 (or 0)`.
+        An integer bound is written out whole (`<= 2147483647`), a float one short (`<= 1e+06`)."""
         if self.choices:
             return f"one of {', '.join(self.choices)}"
-        besides = f" (or {', '.join(f'{a:g}' for a in self.also)})" if self.also else ""
-        return " and ".join(f"{sign} {bound:g}" for sign, bound, _ in self._bounds()) + besides
+        besides = f" (or {', '.join(_number(a) for a in self.also)})" if self.also else ""
+        return " and ".join(f"{sign} {_number(bound)}" for sign, bound, _ in self._bounds()) + besides
 
     def problem(self, value: Any) -> str | None:
         items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
@@ -128,6 +129,10 @@ class Domain:
             if any(not op(v, bound) for _, bound, op in self._bounds()):
                 return f"must be {self.describe()}, got {v}"
         return None
+
+
+def _number(bound: float) -> str:
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def number(
