@@ -111,11 +111,12 @@ class Domain:
         ]
 
     def describe(self) -> str:
-        """What the field takes, as the error says it: `one of a, b`, `>= 0 and < 1` or `>= 0.01 and <= 10 (or 0)`."""
+        """What the field takes, as the error says it: `one of a, b`, `>= 0 and < 1` or `>= 0.01 and <= 10 (or 0)`.
+        An integer bound is written out whole (`<= 2147483647`), a float one short (`<= 1e+06`)."""
         if self.choices:
             return f"one of {', '.join(self.choices)}"
-        besides = f" (or {', '.join(f'{a:g}' for a in self.also)})" if self.also else ""
-        return " and ".join(f"{sign} {bound:g}" for sign, bound, _ in self._bounds()) + besides
+        besides = f" (or {', '.join(_number(a) for a in self.also)})" if self.also else ""
+        return " and ".join(f"{sign} {_number(bound)}" for sign, bound, _ in self._bounds()) + besides
 
     def problem(self, value: Any) -> str | None:
         items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
@@ -128,6 +129,10 @@ class Domain:
             if any(not op(v, bound) for _, bound, op in self._bounds()):
                 return f"must be {self.describe()}, got {v}"
         return None
+
+
+def _number(bound: float) -> str:
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def number(
@@ -240,11 +245,13 @@ class TopLevelConfig:
     verl: Any = None
 
 
-# Keys that once existed and are now derived from another; a config or command line that still sets one is told
-# where the value comes from now, and a saved run config's copy is dropped on resume (sead/run/frozen_config.py).
+# Keys that once existed and are now derived from another or gone; a config or command line that still sets one is
+# told why, and a saved run config's copy is dropped on resume (sead/run/frozen_config.py).
 RETIRED = {
     "trainer.update.temperature": "the update uses the rollouts' own temperature: set trainer.sampling.temperature",
     "controller.update_every": "the controller reweights once per iteration: set trainer.steps_per_iteration",
+    "controller.concern_focus": "behaviours are drawn uniformly (a focus on the kinds answered least measured no "
+    "better than without it)",
 }
 
 
@@ -289,10 +296,6 @@ class ControllerConfig:
     min_count: int = number(1, ge=1, le=1_000_000)
     # updates whose dialogues the rule reads (this one and window - 1 before it)
     window: int = number(1, ge=1, le=1_000_000)
-    # > 0: draw more users with the kinds of concern the agent answers least (sead/controller/concern_focus.py);
-    # 0 draws behaviours uniformly. Measured once (2026-11-29, f = 4, window 10): +0.5 points over the
-    # warm-up where the recipe gained +5.0 on the same run seed; dropped from the recipe
-    concern_focus: float = number(0.0, ge=0, le=100)
     marginals: Any = None  # null: the scenario's default_marginals; else {cooperation: {1: 0.3, ...}, ...}
     plausibility: PlausibilityConfig = dataclasses.field(default_factory=PlausibilityConfig)
 
@@ -322,10 +325,7 @@ def build_controller(cfg: DictConfig, scenario):
     # One reweighting per iteration, derived rather than set twice: the verl backend writes an iteration's profiles
     # before it starts, so the controller can only change between iterations, and both backends must agree.
     every = group_config(cfg, "trainer").steps_per_iteration
-    warn_if_not_scripted(cfg, "controller.concern_focus", c.concern_focus, "so behaviours are drawn uniformly")
-    return ProfileController(
-        scenario, rule, seed=int(cfg.seed), update_every=every, window=c.window, concern_focus=c.concern_focus
-    )
+    return ProfileController(scenario, rule, seed=int(cfg.seed), update_every=every, window=c.window)
 
 
 def reward_weights(cfg: DictConfig):

@@ -39,6 +39,12 @@ def test_the_config_reference_has_every_key_with_its_default_domain_and_backend(
         assert f"| `{key}` |" in text
     assert _row(text, "trainer.update.clip_low")[1:5] == ["float", "`0.2`", ">= 0 and < 1", "both"]
     assert _row(text, "trainer.update.estimator")[3] == "one of grpo, ppo"
+    # integer bounds written out whole, float ones short
+    assert _row(text, "seed")[3] == ">= 0 and <= 2147483647"
+    assert _row(text, "profiles.n")[3] == ">= 1 and <= 10000000"
+    assert _row(text, "usersim.max_tokens")[3] == ">= 1 and <= 1000000"
+    assert _row(text, "trainer.max_minutes")[3] == "> 0 and <= 1e+06"
+    assert _row(text, "eval.sampling.temperature")[3] == ">= 0.01 and <= 10 (or 0)"
     assert _row(text, "trainer.validation.sampling.temperature")[2] == "`0.0`"  # the default its parent gives it
     assert _row(text, "trainer.lora.enabled")[4] == "embedded (verl refuses)"
     assert _row(text, "trainer.cuda_graph")[4] == "embedded"

@@ -22,33 +22,20 @@ def test_same_seed_same_profiles_and_other_seed_differs(restaurant):
     assert a == b and a != c
 
 
-def voiced(profile, restaurant):
-    """Made-up concerns for a profile: each behaviour's kind voiced, answered when the user cooperates."""
-    kinds = [restaurant.library.get(text).category for text in profile.behaviours]
-    return [(kind, profile.values["cooperation"] >= 2) for kind in kinds]
-
-
-@pytest.mark.parametrize(("window", "focus"), [(1, 0), (3, 0), (2, 1.5)])
-def test_restored_sampler_continues_with_the_same_draws(restaurant, window, focus):
-    settings = (
-        "controller=sead_joint",
-        "trainer.steps_per_iteration=2",
-        f"controller.window={window}",
-        f"controller.concern_focus={focus}",
-    )
+@pytest.mark.parametrize("window", [1, 3])
+def test_restored_sampler_continues_with_the_same_draws(restaurant, window):
+    settings = ("controller=sead_joint", "trainer.steps_per_iteration=2", f"controller.window={window}")
     ref, run = controller(restaurant, *settings), controller(restaurant, *settings)
     for _step in range(5):  # feed both identically, including curriculum updates (and kept windows)
         for ctl in (ref, run):
             for p in ctl.sample(8):
-                ctl.observe(p, success=p.values["cooperation"] >= 2, concerns=voiced(p, restaurant))
+                ctl.observe(p, success=p.values["cooperation"] >= 2)
             ctl.end_step()
-    assert (ref.behaviour_probs is None) == (focus == 0)
     saved = json.loads(json.dumps(run.state_dict()))  # must survive JSON
     restored = controller(restaurant, *settings)
     restored.load_state_dict(saved)
     assert restored.sample(40) == ref.sample(40)
     assert restored.probs == ref.probs and restored.steps == ref.steps
-    assert restored.behaviour_probs == ref.behaviour_probs
     for ctl in (ref, restored):  # and the next update reads the same kept windows
         ctl.observe(ctl.sample(1)[0], True)
     assert restored.update()["per_state"] == ref.update()["per_state"]
@@ -84,63 +71,9 @@ def test_restoring_into_a_different_rule_is_an_error(restaurant):
         controller(restaurant).load_state_dict(saved)
 
 
-def test_concern_focus_draws_more_users_with_the_kinds_answered_least(restaurant):
-    ctl = controller(restaurant, "controller.concern_focus=2", "trainer.steps_per_iteration=1")
-    profile = ctl.sample(1)[0]
-    ctl.observe(profile, True, [("Cost_Concerns", True)] * 8 + [("Operational_Concerns", False)] * 8)
-    report = ctl.end_step()
-    kinds = report["concern_focus"]["kinds"]
-    share = kinds["Operational_Concerns"]["share"]
-    assert report["reason"].endswith(
-        f"focus: Operational_Concerns weighed most (2.80; answered 0/8; {share:.0%} of draws)"
-    )
-    alike = controller(restaurant, "controller.concern_focus=2", "trainer.steps_per_iteration=1")
-    alike.observe(alike.sample(1)[0], True)  # no concern voiced: every kind at the prior
-    assert alike.end_step()["reason"].endswith(
-        "concern focus: every kind weighed alike (none answered more than another)"
-    )
-    # w = 1 + f (1 - a), a = (answered + 1) / (voiced + 2); a kind not voiced counts as half answered
-    assert kinds["Cost_Concerns"]["weight"] == pytest.approx(1 + 2 * (1 - 9 / 10))
-    assert kinds["Operational_Concerns"]["weight"] == pytest.approx(1 + 2 * (1 - 1 / 10))
-    assert kinds["Rule_Understanding"]["weight"] == pytest.approx(2.0)
-    sizes = restaurant.library.categories
-    assert set(kinds) == set(sizes) and sum(k["share"] for k in kinds.values()) == pytest.approx(1)
-    by_text = dict(zip((b.text for b in restaurant.library.behaviours), ctl.behaviour_probs))
-    cost, operational = (
-        next(b.text for b in restaurant.library.behaviours if b.category == k)
-        for k in ("Cost_Concerns", "Operational_Concerns")
-    )
-    assert by_text[operational] / by_text[cost] == pytest.approx(2.8 / 1.2)
-
-    def drawn_share(ctl, kind):
-        picks = [restaurant.library.get(t).category for p in ctl.sample(4000) for t in p.behaviours]
-        return picks.count(kind) / len(picks)
-
-    uniform = sizes["Operational_Concerns"] / len(restaurant.library)
-    focused = kinds["Operational_Concerns"]["share"]
-    assert focused > 1.2 * uniform
-    # drawn without replacement (1-3 per user), the shares come close to the weights: within 0.01 over ~8000 draws
-    assert drawn_share(ctl, "Operational_Concerns") == pytest.approx(focused, abs=0.01)
-    assert drawn_share(controller(restaurant), "Operational_Concerns") == pytest.approx(uniform, abs=0.01)
-
-
-def test_without_concern_focus_the_concerns_seen_change_no_draw(restaurant):
-    """Off (the default), behaviours are drawn as in earlier versions: evaluation sets and resumed runs keep
-    their profiles whatever the dialogues' concerns were."""
-    fed, plain = (
-        controller(restaurant, "trainer.steps_per_iteration=1"),
-        controller(restaurant, "trainer.steps_per_iteration=1"),
-    )
-    for ctl, concerns in ((fed, [("Cost_Concerns", False)] * 20), (plain, [])):
-        ctl.observe(ctl.sample(1)[0], False, concerns)
-        assert "concern_focus" not in ctl.end_step()
-    assert fed.behaviour_probs is None and fed.sample(50) == plain.sample(50)
-
-
 def test_the_held_out_set_draws_the_profiles_earlier_versions_drew(restaurant):
     """The learning curve's held-out seed (618033) has been measured many times (docs/results.md): a
-    change to how behaviours are drawn must leave it as it was (first and last of its 200 users, as drawn before
-    concern_focus existed)."""
+    change to how behaviours are drawn must leave it as it was (first and last of its 200 users)."""
     drawn = fixed_profiles(restaurant, 200, seed=618033)
     assert drawn[0] == Profile.make(
         {"cooperation": 3, "emotion": 1, "trust": 3},
@@ -159,23 +92,18 @@ def test_the_held_out_set_draws_the_profiles_earlier_versions_drew(restaurant):
     )
 
 
-def test_concern_focus_with_a_simulator_that_reports_no_concerns_is_called_out(restaurant, caplog):
-    controller(restaurant, "controller.concern_focus=2")
-    assert "no effect" not in caplog.text  # the scripted user reports the concerns it took as answered
-    controller(restaurant, "controller.concern_focus=2", "usersim=openai", "usersim.base_urls=[http://x/v1]")
-    assert "controller.concern_focus=2.0 has no effect with the openai simulator" in caplog.text
-
-
-def test_restoring_a_controller_that_drew_behaviours_another_way_is_an_error(restaurant):
-    focused = controller(restaurant, "controller.concern_focus=1", "trainer.steps_per_iteration=1")
-    focused.observe(focused.sample(1)[0], True, [("Cost_Concerns", True)])
-    focused.end_step()
-    saved = focused.state_dict()
-    with pytest.raises(SEADInputError, match=r"controller.concern_focus.*concern_focus 1.0, this config 0.0"):
-        controller(restaurant).load_state_dict(saved)
-    saved["behaviour_probs"] = saved["behaviour_probs"][:-1]  # a library changed between save and resume
-    with pytest.raises(SEADInputError, match=r"weighs 96 behaviours, the library has 97"):
-        controller(restaurant, "controller.concern_focus=1").load_state_dict(saved)
+def test_restoring_a_controller_that_drew_behaviours_by_concern_kind_is_an_error(restaurant):
+    """A controller saved by a version that weighed behaviours by concern kind would go on drawing other profiles
+    than the run's own: refused, not resumed with uniform draws. One saved with that weighing off resumes."""
+    saved = controller(restaurant).state_dict()
+    off = saved | {"concern_focus": 0.0, "behaviour_probs": None}
+    restored = controller(restaurant)
+    restored.load_state_dict(off)
+    assert restored.sample(20) == controller(restaurant).sample(20)
+    weighed = [1 / len(restaurant.library)] * len(restaurant.library)
+    for focused in ({"concern_focus": 1.0}, {"concern_focus": 1.0, "behaviour_probs": weighed}):
+        with pytest.raises(SEADInputError, match=r"\[controller\].*concern_focus.*start a new run"):
+            controller(restaurant).load_state_dict(saved | focused)
 
 
 def test_fixed_rule_reproduces_the_default_marginals(restaurant):
@@ -292,5 +220,3 @@ def test_bad_controller_config_names_the_field(restaurant):
         controller(restaurant, "trainer.steps_per_iteration=0")
     with pytest.raises(SEADInputError, match=r"controller.window"):
         controller(restaurant, "controller.window=0")
-    with pytest.raises(SEADInputError, match=r"controller.concern_focus"):
-        controller(restaurant, "controller.concern_focus=-1")

@@ -311,18 +311,21 @@ def test_a_resume_needs_only_the_run_dir_and_a_preset_named_on_it_is_a_change(ru
     assert RunLayout(run).config.read_text() == before
 
 
-def test_a_run_saved_with_a_now_derived_key_resumes_under_its_settings(run, caplog):
-    """Runs from before `trainer.update.temperature` and `controller.update_every` were derived still resume: the
-    saved copies are dropped (with a warning), and the values now come from the keys they had to equal."""
+def test_a_run_saved_with_a_retired_key_resumes_under_its_settings(run, caplog):
+    """Runs from before `trainer.update.temperature` and `controller.update_every` were derived, or saved with
+    `controller.concern_focus` off, still resume: the saved copies are dropped (with a warning), and the values
+    now come from the keys they had to equal."""
     layout = RunLayout(run)
     saved = OmegaConf.load(layout.config)
     saved.trainer["update"].temperature = saved.trainer.sampling.temperature
     saved.controller.update_every = saved.trainer.steps_per_iteration
+    saved.controller.concern_focus = 0
     layout.config.write_text(OmegaConf.to_yaml(saved))
     assert main(["train", f"run_dir={run}", "trainer.iterations=2", "resume=true"]) == 0
     assert reward_steps(run) == [1, 2, 3, 4]
     assert "trainer.update.temperature in config.yaml is no longer a setting" in caplog.text
     assert "controller.update_every in config.yaml is no longer a setting" in caplog.text
+    assert "controller.concern_focus in config.yaml is no longer a setting" in caplog.text
 
 
 def test_resume_of_a_folder_without_a_run_says_so(tmp_path, capsys):

@@ -10,7 +10,6 @@ from collections import deque
 
 import numpy as np
 
-from sead.controller.concern_focus import behaviour_probs, kind_weights
 from sead.controller.curriculum import CurriculumRule
 from sead.controller.stats import CompletionStats, state_label
 from sead.errors import SEADInputError
@@ -27,23 +26,16 @@ class ProfileController:
         seed: int,
         update_every: int = 10,
         window: int = 1,
-        concern_focus: float = 0.0,
     ):
         if update_every < 1:
             raise SEADInputError(f"must be >= 1, got {update_every}", field="trainer.steps_per_iteration")
         if window < 1:
             raise SEADInputError(f"must be >= 1, got {window}", field="controller.window")
-        if not concern_focus >= 0:
-            raise SEADInputError(f"must be >= 0, got {concern_focus}", field="controller.concern_focus")
-        self.concern_focus = float(concern_focus)
         self.scenario, self.rule, self.update_every = scenario, rule, update_every
         self.states = rule.states
         self.dims = scenario.space.sampled_names
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.probs = rule.initial()
-        # None draws behaviours uniformly through numpy's own path, so runs and evaluation sets drawn without
-        # concern_focus keep the profiles they always had (a uniform p would change the random stream)
-        self.behaviour_probs: list[float] | None = None
         self.window = CompletionStats(self.dims)  # dialogues since the last update
         # the windows of the updates before it that the rule still reads: with few dialogues per update over many
         # joint states, one window leaves most states below the rule's min_count, so it could never act
@@ -59,21 +51,17 @@ class ProfileController:
         for _ in range(n):
             state = self.states[self.rng.choice(len(self.states), p=self.probs)]
             k = int(self.rng.integers(lo, hi + 1))
-            picks = self.rng.choice(len(texts), size=k, replace=False, p=self.behaviour_probs)
+            picks = self.rng.choice(len(texts), size=k, replace=False)
             out.append(Profile.make(dict(zip(self.dims, (int(v) for v in state))), [texts[i] for i in picks]))
         self.drawn += n
         return out
 
-    def observe(self, profile: Profile, success: bool | None, concerns: list[tuple[str, bool]] = ()) -> None:
-        """Record one finished dialogue and the (kind, answered) of each concern its user voiced
-        (`sead.metrics.voiced_concerns`). `success=None` marks a simulator error: counted apart, never a failure,
-        and its concerns are not read."""
+    def observe(self, profile: Profile, success: bool | None) -> None:
+        """Record one finished dialogue. `success=None` marks a simulator error: counted apart, never a failure."""
         if success is None:
             self.window.sim_errors += 1
             return
         self.window.record(profile.key(), success)
-        for kind, answered in concerns:
-            self.window.record_concern(kind, answered)
 
     def end_step(self) -> dict | None:
         """Count a training step; every `update_every` steps, reweight and return the update report."""
@@ -92,11 +80,6 @@ class ProfileController:
         self.probs = new
         self.updates += 1
         report = self._report(stats, old, new, reason)
-        if self.concern_focus:
-            kinds = kind_weights(self.scenario.library, stats, self.concern_focus)
-            self.behaviour_probs = behaviour_probs(self.scenario.library, kinds)
-            report["concern_focus"] = {"focus": self.concern_focus, "kinds": kinds}
-            report["reason"] += "; concern focus: " + _leaning(kinds)  # the step log says where draws now lean
         self.earlier.append(self.window)  # with window 1 (maxlen 0) nothing is kept
         self.window = CompletionStats(self.dims)
         return report
@@ -139,8 +122,6 @@ class ProfileController:
             "rule": self.rule.name,
             "states": [state_label(s) for s in self.states],
             "probs": list(self.probs),
-            "concern_focus": self.concern_focus,
-            "behaviour_probs": self.behaviour_probs,
             "window": self.window.to_dict(),
             "earlier": [w.to_dict() for w in self.earlier],
             "steps": self.steps,
@@ -156,32 +137,19 @@ class ProfileController:
                 f"(rule {self.rule.name!r} over {len(self.states)} states)",
                 field="controller",
             )
-        if float(d.get("concern_focus", 0.0)) != self.concern_focus:
+        if d.get("behaviour_probs") is not None or d.get("concern_focus"):
+            # saved by a version that drew behaviours by concern kind: these draws would go on another way
             raise SEADInputError(
-                f"saved controller has concern_focus {d.get('concern_focus', 0.0)}, this config "
-                f"{self.concern_focus}: the run would continue drawing behaviours another way",
-                field="controller.concern_focus",
+                "the saved controller drew behaviours by concern kind (concern_focus), which is no longer a "
+                "setting: resuming would draw other profiles; start a new run from its weights",
+                field="controller",
             )
         self.probs = [float(p) for p in d["probs"]]
-        saved = d.get("behaviour_probs")
-        if saved is not None and len(saved) != len(self.scenario.library):
-            raise SEADInputError(
-                f"saved controller weighs {len(saved)} behaviours, the library has {len(self.scenario.library)}",
-                field="controller.concern_focus",
-            )
-        self.behaviour_probs = None if saved is None else [float(p) for p in saved]
         self.window = CompletionStats.from_dict(d["window"])
         self.earlier.clear()  # a state saved before windows were kept has none; one kept longer keeps its newest
         self.earlier.extend(CompletionStats.from_dict(w) for w in d.get("earlier", []))
         self.steps, self.updates, self.drawn = int(d["steps"]), int(d["updates"]), int(d["drawn"])
         self.rng.bit_generator.state = d["rng"]
-
-
-def _leaning(kinds: dict[str, dict]) -> str:
-    top, k = max(kinds.items(), key=lambda kv: kv[1]["weight"])
-    if k["weight"] == min(v["weight"] for v in kinds.values()):
-        return "every kind weighed alike (none answered more than another)"
-    return f"{top} weighed most ({k['weight']:.2f}; answered {k['answered']}/{k['voiced']}; {k['share']:.0%} of draws)"
 
 
 def _str_keys(marginals: dict[str, dict[int, float]]) -> dict[str, dict[str, float]]:

@@ -1,6 +1,5 @@
 """Completion statistics keyed on the *sampled* profile state (the original keyed them on the first state the
-simulator reported, which mixes up what the controller chose with how the agent's first turn went), and per kind of
-concern, how often users voiced it and took it as answered (what `controller.concern_focus` reads)."""
+simulator reported, which mixes up what the controller chose with how the agent's first turn went)."""
 
 from __future__ import annotations
 
@@ -16,13 +15,9 @@ class CompletionStats:
     dims: tuple[str, ...]
     counts: dict[tuple[int, ...], list[int]] = field(default_factory=dict)  # state -> [dialogues, successes]
     sim_errors: int = 0
-    concerns: dict[str, list[int]] = field(default_factory=dict)  # kind -> [voiced, answered]
 
     def record(self, state: tuple[int, ...], success: bool) -> None:
         _add(self.counts, tuple(state), 1, int(bool(success)))
-
-    def record_concern(self, kind: str, answered: bool) -> None:
-        _add(self.concerns, kind, 1, int(bool(answered)))
 
     @property
     def total(self) -> int:
@@ -53,7 +48,6 @@ class CompletionStats:
             "dims": list(self.dims),
             "sim_errors": self.sim_errors,
             "counts": {state_label(k): v for k, v in sorted(self.counts.items())},
-            "concerns": dict(sorted(self.concerns.items())),
         }
 
     @classmethod
@@ -61,21 +55,19 @@ class CompletionStats:
         """One window holding every dialogue of `windows` (same dims)."""
         out = cls(windows[0].dims)
         for w in windows:
-            for table, pooled in ((w.counts, out.counts), (w.concerns, out.concerns)):
-                for key, (n, s) in table.items():
-                    _add(pooled, key, n, s)
+            for key, (n, s) in w.counts.items():
+                _add(out.counts, key, n, s)
             out.sim_errors += w.sim_errors
         return out
 
     @classmethod
     def from_dict(cls, d: dict) -> CompletionStats:
         counts = {tuple(int(x) for x in k.split(",")): [int(n), int(s)] for k, (n, s) in d["counts"].items()}
-        concerns = {k: [int(n), int(a)] for k, (n, a) in d.get("concerns", {}).items()}  # none in older saves
-        return cls(tuple(d["dims"]), counts, int(d.get("sim_errors", 0)), concerns)
+        return cls(tuple(d["dims"]), counts, int(d.get("sim_errors", 0)))
 
 
 def _add(table: dict, key, n: int, hits: int) -> None:
-    """Add to a [count, hits] entry: dialogues and successes per state, concerns voiced and answered per kind."""
+    """Add to a state's [dialogues, successes]."""
     entry = table.setdefault(key, [0, 0])
     entry[0] += n
     entry[1] += hits

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from sead.controller import ProfileController, write_controller_report
 from sead.dialogue.episode import Episode
 from sead.hack_monitor import HackMonitor
-from sead.metrics import compute_metrics, voiced_concerns
+from sead.metrics import compute_metrics
 from sead.run.layout import RunLayout
 from sead.scenario.profile_space import ProfileSpace
 
@@ -79,7 +79,7 @@ def finish_step(
     `monitor` adds the reward-hacking monitors, so a policy learning to game the user shows in the log."""
     scores = [ep.meta.get("reward") for ep in episodes]
     for ep, score in zip(episodes, scores):
-        controller.observe(ep.profile, None if score is None else ep.success, voiced_concerns(ep))
+        controller.observe(ep.profile, None if score is None else ep.success)
     scored = [s for s in scores if s is not None]
     result = compute_metrics(episodes, space, monitor=monitor)
     m = result["metrics"]
