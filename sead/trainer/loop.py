@@ -205,6 +205,7 @@ class Trainer(StepPlays):
         wc = self.tc.warmup
         kl = self.ref is not None
         self.ref = self.updater.ref = None  # the reference is the warmed-up model: none is held while it trains
+        host_memory.give_back()
         if wc.reuse:
             summary = compute.run(
                 reuse_warmup, wc.reuse, model=self.model, model_cfg=self.model_cfg, lora_enabled=self.tc.lora.enabled
@@ -224,7 +225,6 @@ class Trainer(StepPlays):
         compute.run(save_warmup, self.layout.warmup, summary, self.model, self.tokenizer)
         if kl:  # KL keeps RL near the warmed-up model, not the format-less base
             self.ref = self.updater.ref = compute.run(frozen_copy, self.model)
-        host_memory.give_back()  # the warm-up's optimiser state and the base reference
         reused = f" (reused from {summary['reused_from']})" if wc.reuse else ""
         console.print(
             f"warm-up{reused}: imitated {summary['imitated']}/{summary['dialogues']} reference "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from sead import compute
+from sead import compute, host_memory
 from sead.dialogue import EpisodeJob, RolloutLog, RunnerConfig, run_batch
 from sead.dialogue.episode import Episode
 from sead.dialogue.rollout_log import read_rollouts
@@ -112,6 +112,7 @@ async def warmup(
         on_epoch=keep_epoch if cfg.keep_epochs else None,
     )
     progress.remove_task(task)
+    host_memory.give_back()  # the optimiser's moments, before the weights are written out beside them
     return summary(losses, trained, cfg.epochs)
 
 
