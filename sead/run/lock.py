@@ -73,9 +73,21 @@ def _open_folder(folder: Path, what: str, setting: str) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         return os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except (FileExistsError, NotADirectoryError):
-        raise SEADInputError(f"is a file, not a folder: choose another {setting}", path=folder) from None
+        blocker = _first_non_folder(folder)
+        if blocker == folder:
+            raise SEADInputError(f"is a file, not a folder: choose another {setting}", path=folder) from None
+        raise SEADInputError(
+            f"is a file, so no folder can be made inside it for {setting}={folder}: choose another {setting}, "
+            "or move this file away",
+            path=blocker,
+        ) from None
     except OSError as e:
         raise SEADInputError(f"cannot make or open this {what}: {e.strerror or e}", path=folder) from None
+
+
+def _first_non_folder(path: Path) -> Path:
+    """The first of `path` and the folders above it, from the root down, that is there but is not a folder."""
+    return next((p for p in [*reversed(path.parents), path] if p.exists() and not p.is_dir()), path)
 
 
 def _holder(folder: Path) -> str:
