@@ -17,22 +17,9 @@ from sead.run.checkpoints import latest_checkpoint
 from sead.run.layout import RunLayout
 from sead.run.lock import folder_lock
 from sead.run.start import start_or_resume
-from sead.trainer.loop import train
 
-TINY = ["preset=tiny"]  # 2 iterations of 2 steps, each step checkpointed, validated at steps 0, 2 and 4
+TINY = ["preset=tiny"]  # finished_run: 2 iterations of 2 steps, each saved, validated at steps 0, 2, 4
 ENVIRONMENT = {"name": "scripted"}
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    return train(load_config([*TINY, f"run_dir={tmp_path_factory.mktemp('base') / 'run'}"]))
-
-
-@pytest.fixture
-def run(finished_run, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished_run, copy)
-    return copy
 
 
 def metrics_steps(run: Path) -> list[tuple[int, str]]:
