@@ -379,6 +379,22 @@ def test_a_torn_last_validation_dialogue_is_named_by_the_report(run, caplog):
         write_training_report(run)
 
 
+@pytest.mark.parametrize("damage", ["{not json", "[1, 2]", "folder"])
+def test_an_unreadable_machine_record_is_kept_aside_and_the_records_start_again(tmp_path, caplog, damage):
+    from sead.models.precision import Precision
+    from sead.run.machine import record_machine
+
+    layout = RunLayout(tmp_path)
+    if damage == "folder":
+        layout.machine.mkdir()
+    else:
+        layout.machine.write_text(damage)
+    record_machine(layout, Precision("float32", "float32", "cpu"), step=4)
+    assert "machine.json is unreadable" in caplog.text and "kept as machine.json.unreadable" in caplog.text
+    assert [r["from_step"] for r in json.loads(layout.machine.read_text())] == [4]
+    assert layout.machine.with_name("machine.json.unreadable").exists()
+
+
 def test_a_dead_user_simulator_fails_before_the_model_loads(tmp_path, capsys, monkeypatch):
     def no_loading(*a, **k):
         raise AssertionError("the model was loaded")

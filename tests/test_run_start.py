@@ -81,6 +81,7 @@ def test_a_new_run_refuses_a_folder_with_a_users_files_and_leaves_them_as_they_w
     (mine / "notes.txt").write_text("notes")
     with pytest.raises(SEADInputError, match=r"\(config.yaml, notes.txt\)"):
         new_start(mine)
+    assert main(["train", *TINY, f"run_dir={mine}"]) == 2  # which takes the folder's lock first
     assert sorted(p.name for p in mine.iterdir()) == ["config.yaml", "notes.txt"]
 
 
