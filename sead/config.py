@@ -47,10 +47,11 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "sead") -> Dic
     except (HydraException, OmegaConfBaseException) as e:
         message = str(e).split("Config search path:")[0].strip()  # where Hydra looked is noise to a user
         if match := re.match(r"Could not override '([\w.]+)'", message):
-            from sead.config_docs import did_you_mean
+            from sead.config_docs import unknown_key_hint
 
-            first, _, rest = message.partition("\n")
-            message = f"{first}{did_you_mean(match[1], config_dir())}\n{rest}".strip()
+            # Hydra's next line, "To append to your config use +KEY=...", is dropped: every group's keys are fixed
+            # by its schema or its simulator, so appending one only moves the error.
+            message = message.partition("\n")[0] + unknown_key_hint(match[1], config_dir())
         raise SEADInputError(f"bad config or override: {message}") from None
     except (UnicodeDecodeError, yaml.YAMLError):
         for f in sorted(config_dir().rglob("*.yaml")):  # Hydra does not say which file it could not read
@@ -165,9 +166,9 @@ def to_schema(cls, node: Any, field: str):
         key = _join(field, getattr(e, "full_key", None) or "")
         message = str(e).splitlines()[0]
         if message.startswith("Key ") and " not in " in message:  # a key the schema does not have
-            from sead.config_docs import did_you_mean
+            from sead.config_docs import unknown_key_hint
 
-            message += did_you_mean(key, config_dir())
+            message += unknown_key_hint(key, config_dir())
         raise SEADInputError(message, field=key or None) from None
     _check_domains(merged, field)  # before the dataclasses' own checks, which compare fields already in range
     return OmegaConf.to_object(merged)
@@ -382,4 +383,9 @@ def build_usersim(cfg: DictConfig, scenario):
     try:
         return SIMULATORS[name](scenario, **spec)
     except TypeError as e:
-        raise SEADInputError(f"bad settings for the {name} simulator: {e}", field="usersim") from None
+        message = f"bad settings for the {name} simulator: {e}"
+        if unexpected := re.search(r"unexpected keyword argument '(\w+)'", str(e)):  # `+usersim.KEY=` of another
+            from sead.config_docs import unknown_key_hint
+
+            message += unknown_key_hint(f"usersim.{unexpected[1]}", config_dir())
+        raise SEADInputError(message, field="usersim") from None

@@ -201,12 +201,24 @@ def known_keys(config_dir: Path) -> list[str]:
     return keys + [k.key for k in scenario_section().keys]
 
 
-def did_you_mean(key: str, config_dir: Path) -> str:
-    """` (did you mean X?)` for a key that is not one, naming the closest known keys and sections; "" if none is
-    close."""
+def simulators_with(key: str, config_dir: Path) -> list[str]:
+    """The user simulators whose settings include `key`, as chosen on a command line: usersim.timeout ->
+    [usersim=openai]."""
+    return [s.key for s in usersim_sections(config_dir) if any(k.key == key for k in s.keys)]
+
+
+def unknown_key_hint(key: str, config_dir: Path) -> str:
+    """What to add to the error of a key that is not one where it was given: the simulators it is a setting of
+    (usersim.timeout under the scripted user), else ` (did you mean X?)` naming the closest known keys and
+    sections; "" if none is close. The key itself is never suggested."""
     import difflib
 
-    known = known_keys(config_dir)
-    sections = {k.rsplit(".", 1)[0] for k in known if "." in k}
+    if simulators := simulators_with(key, config_dir):
+        return (
+            f" ({key} is a setting of {' and of '.join(simulators)} only, not of the user simulator in use; "
+            f"choose one with it, e.g. `{simulators[0]} {key}=...`)"
+        )
+    known = dict.fromkeys(k for k in known_keys(config_dir) if k != key)  # one of each, in order
+    sections = {k.rsplit(".", 1)[0] for k in known if "." in k} - {key}
     close = difflib.get_close_matches(key, [*known, *sections], n=3, cutoff=0.75)
     return f" (did you mean {' or '.join(close)}?)" if close else ""

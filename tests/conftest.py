@@ -1,3 +1,6 @@
+import shutil
+from pathlib import Path
+
 import pytest
 
 from sead.config import build_scenario, load_config
@@ -70,3 +73,19 @@ def tiny_model_dir(tmp_path_factory):
     from verl_fakes import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def finished_run(request, tmp_path_factory) -> Path:
+    """A finished training run under the overrides of the test module's `TINY`, trained once per module."""
+    from sead.trainer.loop import train
+
+    return train(load_config([*request.module.TINY, f"run_dir={tmp_path_factory.mktemp('base') / 'run'}"]))
+
+
+@pytest.fixture
+def run(finished_run, tmp_path) -> Path:
+    """A copy of `finished_run` for one test to damage or resume."""
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run, copy)
+    return copy

@@ -1,6 +1,7 @@
 """The `sead` console command."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -161,6 +162,17 @@ def test_an_existing_path_with_equals_is_an_argument(tmp_path, monkeypatch, caps
     RunLayout(run).metrics.write_text('{"step": 1, "reward": 0.5, "CR": 0.5}\n{"step": 2, "reward": 0.7, "CR": 0.6}\n')
     assert main(["report", "runs/lr=1e-5"]) == 0
     assert (run / "report.html").is_file()
+
+
+@pytest.mark.parametrize(
+    "run_dir, named",
+    [("", "[run_dir]: is empty"), ("loop", "loop [run_dir]: cannot be resolved")],
+)
+def test_report_names_a_run_dir_that_cannot_be_a_folder(tmp_path, monkeypatch, capsys, run_dir, named):
+    monkeypatch.chdir(tmp_path)
+    os.symlink("loop", tmp_path / "loop")
+    assert main(["report", run_dir]) == 2
+    assert named in capsys.readouterr().out
 
 
 @pytest.mark.timeout(60)

@@ -124,6 +124,35 @@ def test_a_key_that_is_not_one_gets_the_nearest_keys(argv, suggestion, capsys):
     assert suggestion in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "argv, simulators",
+    [
+        (["train", "usersim.timeout=5"], "usersim=openai only"),  # Hydra refuses it
+        (["eval", "scripted:reference", "usersim.max_tokens=5"], "usersim=openai only"),
+        (["scenario", "check", "usersim.temperature=0.5"], "usersim=hf and of usersim=openai only"),
+        (["train", "usersim=openai", "usersim.max_new_tokens=5"], "usersim=hf only"),
+        (["config", "show", "usersim.model_path"], "usersim=hf only"),
+    ],
+)
+def test_another_simulators_key_names_the_simulators_that_take_it(argv, simulators, capsys, tmp_path):
+    key = argv[-1].split("=")[0]
+    assert main([*argv, f"run_dir={tmp_path / 'run'}"] if argv[0] == "train" else argv) == 2
+    out = capsys.readouterr().out
+    assert f"{key} is a setting of {simulators}" in out and "did you mean" not in out and "+usersim" not in out
+
+
+def test_a_key_appended_for_another_simulator_names_the_simulator_that_takes_it(tmp_path, capsys):
+    """`+usersim.KEY=`: Hydra takes it, the scripted simulator's constructor does not."""
+    assert main(["train", "+usersim.timeout=5", f"run_dir={tmp_path / 'run'}"]) == 2
+    assert "usersim.timeout is a setting of usersim=openai only" in capsys.readouterr().out
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_key_set_to_null_is_shown_not_taken_for_a_missing_one(capsys):
+    assert main(["config", "show", "usersim.api_key", "usersim=openai"]) == 0
+    assert "api_key: null" in capsys.readouterr().out
+
+
 def test_sead_help_lists_the_presets(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out

@@ -72,7 +72,7 @@ def test_same_seed_same_results_with_the_tiny_model(tmp_path, tiny_model_dir):
     assert one["versions"]["torch"] and one["agent_params"] > 0
 
 
-def test_interrupted_evaluation_resumes_without_redoing_finished_dialogues(tmp_path):
+def test_interrupted_evaluation_resumes_without_redoing_finished_dialogues(tmp_path, caplog):
     assert run_eval(tmp_path, "full", "scripted:reference") == 0
     full = tmp_path / "full" / "scripted-reference"
     part = tmp_path / "part" / "scripted-reference"
@@ -82,6 +82,7 @@ def test_interrupted_evaluation_resumes_without_redoing_finished_dialogues(tmp_p
     # Five finished dialogues and one torn line: the process died while writing the sixth.
     (part / "dialogues.jsonl").write_text("\n".join(lines[:5]) + "\n" + lines[5][:40])
     assert run_eval(tmp_path, "part", "scripted:reference") == 0
+    assert "dialogues.jsonl:6: skipping the last line" in caplog.text  # and played again
     resumed = json.loads((part / "results.json").read_text())
     assert resumed["dialogues_resumed"] == 5 and resumed["dialogues_played"] == 7
     assert comparable(resumed) == comparable(json.loads((full / "results.json").read_text()))

@@ -1,8 +1,8 @@
 """What a run directory promises (docs/architecture.md), measured on the tiny model: damaged checkpoints are
 skipped with a warning naming what is wrong, no NaN reaches a checkpoint or metrics.jsonl, one writer per run
-directory, a resume cannot quietly change the settings, Ctrl-C leaves a resumable run, torn metrics lines are
-skipped, a dead user simulator fails before the model loads, and the warm-up's reference CR ignores simulator
-errors."""
+directory, a resume cannot quietly change the settings, Ctrl-C leaves a resumable run, torn metrics and dialogue
+lines are skipped with a warning, a dead user simulator fails before the model loads, and the warm-up's reference
+CR ignores simulator errors."""
 
 import asyncio
 import fcntl
@@ -28,24 +28,11 @@ from sead.errors import SEADInputError
 from sead.run.checkpoints import latest_checkpoint
 from sead.run.frozen_config import resume_config
 from sead.run.layout import CheckpointFolder, RunLayout
-from sead.trainer.loop import Trainer, train
+from sead.trainer.loop import Trainer
 from sead.usersim.base import SimulatorError, UserSimulator
 
-TINY = ["preset=tiny", "trainer.update.entropy_coef=0.05", "trainer.iterations=1"]  # 2 steps, both checkpointed
+TINY = ["preset=tiny", "trainer.update.entropy_coef=0.05", "trainer.iterations=1"]  # finished_run: 2 steps, both saved
 SEAD = str(Path(sys.executable).parent / "sead")
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    """A finished two-step run; tests damage copies of it."""
-    return train(load_config([*TINY, f"run_dir={tmp_path_factory.mktemp('base') / 'run'}"]))
-
-
-@pytest.fixture
-def run(finished_run, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished_run, copy)
-    return copy
 
 
 def strict_json_lines(path: Path) -> list[dict]:
@@ -379,6 +366,36 @@ def test_a_torn_last_metrics_line_is_skipped_by_report_and_resume(run, caplog):
     metrics.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
     with pytest.raises(SEADInputError, match=r"metrics.jsonl:2: invalid JSON"):
         write_training_report(run)  # damage before the last line is not a torn write: named, not skipped
+
+
+def test_a_torn_last_validation_dialogue_is_named_by_the_report(run, caplog):
+    """The dialogue logs are read as metrics.jsonl is: a torn last line dropped with a warning, not in silence."""
+    from sead.eval.training_report import write_training_report
+
+    dialogues = RunLayout(run).validation_dialogues(1)  # the last validation: the report's dialogue viewer
+    lines = dialogues.read_text().splitlines()
+    dialogues.write_text("\n".join(lines) + '\n{"profile": {"values": ')  # killed mid-write
+    assert write_training_report(run).exists()
+    assert f"validation/iter_001.jsonl:{len(lines) + 1}: skipping the last line" in caplog.text
+    dialogues.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
+    with pytest.raises(SEADInputError, match=r"iter_001.jsonl:2: invalid JSON"):
+        write_training_report(run)
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[1, 2]", "folder"])
+def test_an_unreadable_machine_record_is_kept_aside_and_the_records_start_again(tmp_path, caplog, damage):
+    from sead.models.precision import Precision
+    from sead.run.machine import record_machine
+
+    layout = RunLayout(tmp_path)
+    if damage == "folder":
+        layout.machine.mkdir()
+    else:
+        layout.machine.write_text(damage)
+    record_machine(layout, Precision("float32", "float32", "cpu"), step=4)
+    assert "machine.json is unreadable" in caplog.text and "kept as machine.json.unreadable" in caplog.text
+    assert [r["from_step"] for r in json.loads(layout.machine.read_text())] == [4]
+    assert layout.machine.with_name("machine.json.unreadable").exists()
 
 
 def test_a_dead_user_simulator_fails_before_the_model_loads(tmp_path, capsys, monkeypatch):

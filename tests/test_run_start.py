@@ -17,22 +17,9 @@ from sead.run.checkpoints import latest_checkpoint
 from sead.run.layout import RunLayout
 from sead.run.lock import folder_lock
 from sead.run.start import start_or_resume
-from sead.trainer.loop import train
 
-TINY = ["preset=tiny"]  # 2 iterations of 2 steps, each step checkpointed, validated at steps 0, 2 and 4
+TINY = ["preset=tiny"]  # finished_run: 2 iterations of 2 steps, each saved, validated at steps 0, 2, 4
 ENVIRONMENT = {"name": "scripted"}
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    return train(load_config([*TINY, f"run_dir={tmp_path_factory.mktemp('base') / 'run'}"]))
-
-
-@pytest.fixture
-def run(finished_run, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished_run, copy)
-    return copy
 
 
 def metrics_steps(run: Path) -> list[tuple[int, str]]:
@@ -94,6 +81,7 @@ def test_a_new_run_refuses_a_folder_with_a_users_files_and_leaves_them_as_they_w
     (mine / "notes.txt").write_text("notes")
     with pytest.raises(SEADInputError, match=r"\(config.yaml, notes.txt\)"):
         new_start(mine)
+    assert main(["train", *TINY, f"run_dir={mine}"]) == 2  # which takes the folder's lock first
     assert sorted(p.name for p in mine.iterdir()) == ["config.yaml", "notes.txt"]
 
 
@@ -120,15 +108,21 @@ def test_a_failed_start_does_not_block_its_retry(tmp_path, caplog):
     assert not failed.validation_dialogues(0).exists() and "run_dir" in failed.config.read_text()
 
 
-@pytest.mark.parametrize("where", ["", "file", "loop"])
-def test_a_run_dir_that_cannot_be_a_folder_is_named(tmp_path, capsys, monkeypatch, where):
+@pytest.mark.parametrize(
+    "where, named",
+    [
+        ("", "[run_dir]: is empty"),
+        ("file", "file: is a file, not a folder"),
+        ("file/sub/run", "file: is a file, so no folder can be made inside it for run_dir="),  # the file in the way
+        ("loop", "loop [run_dir]: cannot be resolved"),
+    ],
+)
+def test_a_run_dir_that_cannot_be_a_folder_is_named(tmp_path, capsys, monkeypatch, where, named):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "file").write_text("x")
     os.symlink("loop", tmp_path / "loop")
     assert main(["train", *TINY, f"run_dir={where}"]) == 2
-    out = capsys.readouterr().out
-    assert "[run_dir]" in out or f"{tmp_path / where}" in out
-    assert {"": "is empty", "file": "is a file, not a folder", "loop": "cannot be resolved"}[where] in out
+    assert named in capsys.readouterr().out.replace(f"{tmp_path}/", "")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "loop"]
 
 

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sead.cli.registry import command, console
 from sead.config import config_dir
-from sead.config_docs import did_you_mean, scenario_section, schema_keys, show_value, yaml_keys
+from sead.config_docs import scenario_section, schema_keys, show_value, unknown_key_hint, yaml_keys
 from sead.errors import SEADInputError
 
 WIDTH = 120
@@ -57,9 +57,12 @@ def config_show(cfg: DictConfig, args: list[str]) -> int:
         raise SEADInputError("give at most one group or key: sead config show [GROUP]")
     node = OmegaConf.to_container(cfg)
     if args:  # the one group or key, under the sections it is in
-        value = OmegaConf.select(cfg, args[0], default=None)
-        if value is None and args[0] not in schema_keys():
-            raise SEADInputError(f"no such group or key{did_you_mean(args[0], config_dir())}", field=args[0])
+        absent = object()  # a key set to null (usersim.api_key) is there
+        value = OmegaConf.select(cfg, args[0], default=absent)
+        if value is absent and args[0] not in schema_keys():
+            raise SEADInputError(f"no such group or key{unknown_key_hint(args[0], config_dir())}", field=args[0])
+        if value is absent:  # a schema's key no config file sets
+            value = None
         node = OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
         for name in reversed(args[0].split(".")):
             node = {name: node}

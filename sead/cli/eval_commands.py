@@ -146,9 +146,10 @@ def _print_summary(name: str, results: dict, out: Path, report: Path) -> None:
 )
 def report_cmd(cfg: DictConfig, args: list[str]) -> int:
     from sead.eval.training_report import write_training_report
+    from sead.run.lock import run_dir_path
 
     if len(args) != 1:
         raise SEADInputError("give one run directory: sead report RUN_DIR")
-    path = write_training_report(Path(args[0]))
+    path = write_training_report(run_dir_path(args[0]))  # an empty one, or a symlink loop, named
     console.print(f"wrote {path}")
     return 0

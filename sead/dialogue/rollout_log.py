@@ -4,11 +4,10 @@ dialogue ends, so a crash or a dead simulator never loses a rollout that had alr
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 from sead.dialogue.episode import Episode
-from sead.errors import parse_json
+from sead.run.json_lines import read_json_lines
 
 
 class RolloutLog:
@@ -32,15 +31,7 @@ class RolloutLog:
         self.close()
 
 
-def read_rollouts(path: str | Path) -> Iterator[dict]:
-    """Records of a rollout log; a torn last line (the process died mid-write) is skipped, not fatal."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            yield parse_json(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                return
-            raise ValueError(f"{path}:{i + 1}: corrupt rollout record") from None
+def read_rollouts(path: str | Path) -> list[dict]:
+    """Records of a rollout log, read as every JSON-lines file of a run is: a last line torn by a kill is dropped
+    with a warning naming file and line, a bad line before it raises naming them."""
+    return read_json_lines(Path(path))

@@ -1,5 +1,6 @@
-"""JSON-lines files of a run (metrics.jsonl): every line strict JSON, appended whole, read back even when the
-process writing it was killed mid-line."""
+"""JSON-lines files of a run: metrics.jsonl (every line strict JSON, appended whole) and the dialogue logs of
+rollouts/, validation/ and an evaluation, each read back the same way even when the process writing it was killed
+mid-line."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def folder_lock(folder: Path, what: str = "run directory", setting: str = "run_d
     """Hold `folder` (created where missing) for the `with` block; raise SEADInputError naming the holder's PID if
     another process holds it, or naming the folder if it cannot be one. A folder this call created is removed again
     if the block fails before it holds any result (a bad model path or a dead simulator must not leave an empty run
-    behind)."""
+    behind); where it fails in a folder it found, a `.lock` this call wrote there goes too."""
     created = not folder.exists()
     fd = _open_folder(folder, what, setting)
     try:
@@ -52,12 +52,15 @@ def folder_lock(folder: Path, what: str = "run directory", setting: str = "run_d
                 f"or choose another {setting}",
                 path=folder,
             ) from None
+        had_pid_file = (folder / PID_FILE).exists()
         _write_pid(folder, what)
         try:
             yield
         except BaseException:
             if created and _scaffolding_only(folder):
                 shutil.rmtree(folder, ignore_errors=True)
+            elif not had_pid_file:  # a folder of the user's that was refused is left as it was found
+                (folder / PID_FILE).unlink(missing_ok=True)
             raise
     finally:
         os.close(fd)  # closing the only descriptor releases the lock
@@ -73,9 +76,21 @@ def _open_folder(folder: Path, what: str, setting: str) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         return os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except (FileExistsError, NotADirectoryError):
-        raise SEADInputError(f"is a file, not a folder: choose another {setting}", path=folder) from None
+        blocker = _first_non_folder(folder)
+        if blocker == folder:
+            raise SEADInputError(f"is a file, not a folder: choose another {setting}", path=folder) from None
+        raise SEADInputError(
+            f"is a file, so no folder can be made inside it for {setting}={folder}: choose another {setting}, "
+            "or move this file away",
+            path=blocker,
+        ) from None
     except OSError as e:
         raise SEADInputError(f"cannot make or open this {what}: {e.strerror or e}", path=folder) from None
+
+
+def _first_non_folder(path: Path) -> Path:
+    """The first of `path` and the folders above it, from the root down, that is there but is not a folder."""
+    return next((p for p in [*reversed(path.parents), path] if p.exists() and not p.is_dir()), path)
 
 
 def _holder(folder: Path) -> str:

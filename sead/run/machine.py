@@ -21,9 +21,9 @@ def record_machine(layout: RunLayout, precision: Precision, step: int) -> None:
     if layout.machine.exists():
         try:
             records = parse_json(layout.machine.read_text(encoding="utf-8"))
-            if not isinstance(records, list):
+            if not (isinstance(records, list) and all(isinstance(r, dict) for r in records)):
                 raise ValueError("not a list of records")
-        except (UnicodeDecodeError, ValueError) as e:
+        except (OSError, UnicodeDecodeError, ValueError) as e:  # OSError: e.g. a folder of that name
             kept = layout.machine.with_name(layout.machine.name + ".unreadable")
             layout.machine.replace(kept)
             log.warning("%s is unreadable (%s): kept as %s, the records start again", layout.machine, e, kept.name)
