@@ -58,7 +58,14 @@ def arm(name: str, overrides: list[str], work: Path, extra: list[str]) -> dict:
     plan = [line for line in (work / f"{name}_train.log").read_text().splitlines() if line.startswith("plan:")]
     steps, optimiser_steps = training_made(RunLayout(run_dir))
     evaluate = run([*sead, "eval", str(run_dir), "preset=cpu"], work / f"{name}_eval.log")
-    return {"overrides": overrides, "train": train, "rl_steps": steps, "optimiser_steps": optimiser_steps, "plan": plan, "eval": evaluate}
+    return {
+        "overrides": overrides,
+        "train": train,
+        "rl_steps": steps,
+        "optimiser_steps": optimiser_steps,
+        "plan": plan,
+        "eval": evaluate,
+    }
 
 
 def main() -> None:
