@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from sead.models.precision import cpu_info, cpu_line
 from sead.run.layout import RunLayout
@@ -35,14 +35,27 @@ from sead.run.metrics_log import training_made
 console = Console()
 ARMS = {"recompute": ["trainer.recompute_activations=true"], "keep": ["trainer.recompute_activations=false"]}
 LIMIT_GIB = 4.0  # a laptop runs the demo beside a browser
+HEARTBEAT_S = 30
 
 
 def run(cmd: list[str], log: Path) -> dict:
-    """Run `cmd` to its end, its output into `log`; its exit code, wall seconds and peak resident GiB."""
+    """Run `cmd` to its end, its output into `log`; its exit code, wall seconds and peak resident GiB. Every
+    HEARTBEAT_S a line says how long it has run and the last line it wrote."""
     started = time.perf_counter()
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+        )
+        due = started + HEARTBEAT_S
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(1)
+            if time.perf_counter() >= due:
+                due += HEARTBEAT_S
+                last = next((line for line in reversed(log.read_text().splitlines()) if line.strip()), "")
+                console.print(f"  {time.perf_counter() - started:.0f} s: {last[:100]}", highlight=False)
     return {
         "exit": os.waitstatus_to_exitcode(status),
         "seconds": round(time.perf_counter() - started, 1),
@@ -81,7 +94,8 @@ def main() -> None:
     for name in args.arms:
         console.print(f"arm {name}: training, then one evaluation pass (logs in {args.work})")
         arms[name] = arm(name, ARMS[name], args.work, extra)
-    table = Table("arm", "train exit", "RL steps", "train min", "train peak GiB", "eval min", "eval peak GiB")
+    heads = ("train exit", "RL steps", "train min", "train peak GiB", "eval min", "eval peak GiB")
+    table = Table(Column("arm", no_wrap=True), *heads)
     for name, a in arms.items():
         t, e = a["train"], a["eval"]
         table.add_row(

@@ -14,9 +14,9 @@ defaults (the most in a process's first update). Two settings cut that:
   is freed there instead of returning it to the system, so the next micro-batch reuses pages already faulted in.
   By default glibc maps each large allocation afresh and raises that limit only as it sees frees. The resident
   size then stays near the update's peak between updates. No-op off glibc.
-- `give_back()` (the trainer, where a phase ends: rollouts, the warm-up, an update): what the phase freed goes back
-  to the system, so the next phase's peak does not stand on the last one's (the demo's peak resident memory, with
-  the reference built after the warm-up: 4.1 GiB without, see docs/performance.md).
+- `give_back()` (the trainer, where rollouts and the warm-up end and before each micro-batch of an update): what
+  was freed goes back to the system, so the next phase's peak does not stand on the holes the last one left
+  (`benchmarks/demo_memory.py` measures the demo's peak).
 """
 
 from __future__ import annotations
